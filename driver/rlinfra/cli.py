@@ -1,0 +1,400 @@
+"""The `rlinfra` command line.
+
+Imports of heavy libraries (ansible-runner, python-terraform, ray) happen inside the commands
+that need them, so `rlinfra --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rlinfra import __version__, ui
+from rlinfra.errors import EXIT_USAGE, RlinfraError, UsageError
+
+DEFAULT_PROFILE = "local"
+
+app = typer.Typer(
+    name="rlinfra",
+    help=(
+        "Ray clusters for RL post-training (Verl PPO/GRPO): a profile is rendered into Terraform "
+        "and Ansible, applied, and checked with a distributed all-reduce.\n\n"
+        "Start with `rlinfra up` (the built-in `local` profile: 2 hosts on this machine)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", "-p", help="Profile name (see `rlinfra profiles`) or YAML path."),
+]
+ClusterOpt = Annotated[
+    str | None, typer.Option("--cluster", "-c", help="Cluster name (default: the profile's name).")
+]
+NodesOpt = Annotated[int | None, typer.Option("--num-nodes", "-n", help="Override node count.")]
+EnvOpt = Annotated[
+    list[str] | None, typer.Option("--env", "-e", help="Override an env var: NAME=VALUE (repeat).")
+]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="Secret NAME (value from your environment) or NAME=VALUE; never written to disk.",
+    ),
+]
+AccOpt = Annotated[
+    str | None,
+    typer.Option("--accelerators", "--gpus", help="Override accelerators, e.g. H100:8,A100:8."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for CI and auditors).")]
+ClusterArg = Annotated[str, typer.Argument(help="Cluster name (see `rlinfra status`).")]
+
+
+def _request(profile: str | None, cluster: str | None, num_nodes: int | None,
+             env: list[str] | None, secret: list[str] | None, accelerators: str | None) -> Any:
+    from rlinfra.deploy import deployment_dir, read_record
+    from rlinfra.pipeline import Request
+    from rlinfra.profile import Overrides, check_cluster_name, parse_env_pairs, parse_secret_flags
+
+    if profile is None and cluster is not None:
+        check_cluster_name(cluster)
+        record = read_record(deployment_dir(cluster))
+        if record and record.get("source"):
+            profile = record["source"]
+    overrides = Overrides(
+        num_nodes=num_nodes,
+        env=parse_env_pairs(env or []),
+        secrets=parse_secret_flags(secret or []),
+        accelerators=[a.strip() for a in accelerators.split(",")] if accelerators else None,
+    )
+    return Request(profile=profile or DEFAULT_PROFILE, cluster=cluster, overrides=overrides)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rlinfra {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    """Ray clusters for RL post-training."""
+
+
+@app.command()
+def profiles(json_out: JsonOpt = False) -> None:
+    """List the profiles rlinfra knows (built-in and on $RLINFRA_PROFILE_PATH)."""
+    from rlinfra.profile import known_profiles, load_profile
+
+    rows = []
+    for name, path in known_profiles().items():
+        try:
+            profile, _ = load_profile(str(path))
+            rows.append({"name": name, "path": str(path), "cloud": profile.cloud,
+                         "nodes": profile.resources.num_nodes,
+                         "accelerators": profile.resources.accelerators or [],
+                         "description": profile.description})
+        except RlinfraError as exc:
+            rows.append({"name": name, "path": str(path), "error": exc.message})
+    if json_out:
+        _print_json(rows)
+        return
+    for row in rows:
+        if "error" in row:
+            ui.out.print(f"{row['name']:<16} invalid: {row['error']}")
+        else:
+            acc = ",".join(row["accelerators"]) or "cpu"
+            ui.out.print(f"{row['name']:<16} {row['cloud']:<6} {row['nodes']} x {acc:<28} "
+                         f"{row['description']}")
+
+
+@app.command()
+def validate(
+    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
+    env: EnvOpt = None, secret: SecretOpt = None, accelerators: AccOpt = None,
+) -> None:
+    """Check a profile (and overrides) without touching anything."""
+    from rlinfra.pipeline import prepare, report_overrides
+
+    plan, _ = prepare(_request(profile, cluster, num_nodes, env, secret, accelerators), os.environ)
+    report_overrides(plan)
+    ui.out.print(f"{plan.source}: ok ({plan.num_nodes} node(s), cloud {plan.cloud})")
+
+
+@app.command()
+def render(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the files into.")],
+    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
+    env: EnvOpt = None, accelerators: AccOpt = None,
+) -> None:
+    """Write the Terraform roots and Ansible files of a deployment into a folder, for review."""
+    from rlinfra.pipeline import prepare, render_to, report_overrides
+
+    plan, _ = prepare(_request(profile, cluster, num_nodes, env, None, accelerators), os.environ)
+    report_overrides(plan)
+    changed = render_to(plan, out)
+    ui.out.print(f"rendered {plan.cluster} into {out} ({len(changed)} file(s) changed)")
+
+
+@app.command()
+def plan(
+    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
+    env: EnvOpt = None, accelerators: AccOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Show what `up` would build, without building anything."""
+    from rlinfra.pipeline import prepare, report_overrides
+
+    the_plan, _ = prepare(_request(profile, cluster, num_nodes, env, None, accelerators), os.environ)
+    summary = {
+        "cluster": the_plan.cluster,
+        "cloud": the_plan.cloud,
+        "profile": the_plan.profile.name,
+        "nodes": [{"name": n.name, "rank": n.rank, "role": n.role} for n in the_plan.nodes],
+        "accelerator": str(the_plan.accelerator) if the_plan.accelerator else None,
+        "subnet": the_plan.subnet,
+        "pin_set": the_plan.pins.name,
+        "packages": list(the_plan.pins.packages),
+        "buckets": the_plan.storage_buckets,
+        "ray": the_plan.profile.network.ray.model_dump(),
+        "overrides": [o.__dict__ for o in the_plan.overrides],
+    }
+    if json_out:
+        _print_json(summary)
+        return
+    report_overrides(the_plan)
+    ui.out.print(f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})")
+    for node in the_plan.nodes:
+        ui.out.print(f"  + node {node.name} ({node.role}, {summary['accelerator'] or 'cpu'})")
+    for bucket in the_plan.storage_buckets:
+        ui.out.print(f"  + bucket {bucket} (kept by `down`)")
+    if the_plan.subnet:
+        ui.out.print(f"  subnet {the_plan.subnet}")
+    ui.out.print(f"  software: pin set {the_plan.pins.name}: {', '.join(the_plan.pins.packages)}")
+
+
+@app.command()
+def up(
+    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
+    env: EnvOpt = None, secret: SecretOpt = None, accelerators: AccOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before creating.")] = False,
+    no_check: Annotated[
+        bool, typer.Option("--no-check", help="Skip the acceptance check at the end.")
+    ] = False,
+    infra_only: Annotated[
+        bool, typer.Option("--infra-only", help="Stop after Terraform (no Ansible).")
+    ] = False,
+) -> None:
+    """Create the cluster (or converge it), configure every node, form Ray, run the check."""
+    from rlinfra.pipeline import prepare, up as run_up
+
+    the_plan, secrets = prepare(
+        _request(profile, cluster, num_nodes, env, secret, accelerators), os.environ
+    )
+    if the_plan.cloud != "local" and not yes:
+        ui.out.print(f"This creates {the_plan.num_nodes} node(s) on {the_plan.cloud}.")
+        if not ui.confirm("Proceed?"):
+            raise UsageError("not confirmed; nothing was created", "Pass --yes to skip the question.")
+    result = run_up(the_plan, secrets, run_check=not no_check,
+                    stop_after="infrastructure" if infra_only else None)
+    ui.out.print(f"cluster {result.cluster} is up: {len(result.hosts)} node(s)")
+    for host in result.hosts:
+        role = "head" if host.rank == 0 else "worker"
+        ui.out.print(f"  {host.name:<20} {role:<7} {host.private_ip}")
+    if result.check:
+        _print_check(result.check)
+    ui.out.print(f"next: rlinfra status {result.cluster} | rlinfra exec {result.cluster} -- CMD")
+
+
+def _print_check(result: dict[str, Any]) -> None:
+    ui.out.print(
+        f"acceptance check: {result.get('backend')} all-reduce, world size {result.get('world_size')}"
+    )
+    for row in result.get("results", []):
+        ui.out.print(
+            f"  {row['size_bytes'] / 2**20:>8.0f} MiB  {row['time_s'] * 1e3:>9.2f} ms  "
+            f"busbw {row['busbw_gbps']:.3f} GB/s"
+        )
+
+
+@app.command()
+def status(
+    cluster: Annotated[str | None, typer.Argument(help="Cluster (all clusters if omitted).")] = None,
+    endpoint: Annotated[
+        int | None, typer.Option("--endpoint", help="Print a URL for this port on the head node.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show clusters, their nodes and Ray's state; --endpoint PORT gives a reachable URL."""
+    from rlinfra.deploy import known_clusters
+    from rlinfra.pipeline import endpoint as get_endpoint, status as get_status
+
+    if cluster is None:
+        rows = [get_status(name, live=False) for name in known_clusters()]
+        if json_out:
+            _print_json(rows)
+            return
+        if not rows:
+            ui.out.print("no clusters")
+        for row in rows:
+            ui.out.print(f"{row['cluster']:<20} {row['cloud']:<6} {row['stage']:<14} "
+                         f"{len(row['nodes'])} node(s)")
+        return
+    if endpoint is not None:
+        if not 1 <= endpoint <= 65535:
+            raise UsageError(f"--endpoint {endpoint}: port out of range (1-65535)")
+        info = get_endpoint(cluster, endpoint)
+        if json_out:
+            _print_json(info)
+        else:
+            ui.out.print(info["url"])
+        return
+    state = get_status(cluster)
+    if json_out:
+        _print_json(state)
+        return
+    ui.out.print(f"cluster {state['cluster']} ({state['cloud']}, profile {state['profile']}): "
+                 f"{state['stage']}")
+    if state.get("error"):
+        ui.out.print(f"  last error: {state['error']}")
+    for node in state["nodes"]:
+        ui.out.print(f"  {node['name']:<20} {node['role']:<7} {node['private_ip']}")
+    ray = state.get("ray")
+    if ray:
+        if ray.get("reachable"):
+            missing = ", ".join(ray["missing_nodes"]) or "none"
+            ui.out.print(f"  ray: {ray['alive_nodes']} node(s) alive; missing: {missing}")
+        else:
+            ui.out.print(f"  ray: not reachable ({ray.get('error')})")
+    for bucket in state["buckets"]:
+        ui.out.print(f"  bucket {bucket}")
+
+
+def _node(cluster: str, node: int) -> tuple[Path, Any]:
+    from rlinfra.deploy import hosts_from_record, require_cluster
+
+    folder, record = require_cluster(cluster)
+    hosts = hosts_from_record(record)
+    if not hosts:
+        raise UsageError(f"cluster {cluster!r} is down")
+    if not 0 <= node < len(hosts):
+        raise UsageError(f"--node {node}: cluster {cluster!r} has nodes 0-{len(hosts) - 1}")
+    return folder, hosts[node]
+
+
+@app.command(name="exec")
+def exec_(
+    cluster: ClusterArg,
+    command: Annotated[list[str], typer.Argument(help="Command to run (after --).")],
+    node: Annotated[int, typer.Option("--node", help="Node rank to run on (0 = head).")] = 0,
+    all_nodes: Annotated[bool, typer.Option("--all", help="Run on every node, in order.")] = False,
+) -> None:
+    """Run a command on a node with the node environment (RLINFRA_*, SKYPILOT_*) loaded."""
+    import shlex
+
+    from rlinfra.deploy import hosts_from_record, require_cluster
+    from rlinfra.runners import ssh
+
+    text = command[0] if len(command) == 1 else shlex.join(command)
+    folder, record = require_cluster(cluster)
+    hosts = hosts_from_record(record) if all_nodes else [_node(cluster, node)[1]]
+    worst = 0
+    for host in hosts:
+        if all_nodes:
+            ui.err.print(f"--- {host.name}")
+        code = ssh.run(folder, host, text).returncode
+        worst = worst or code
+    raise typer.Exit(worst)
+
+
+@app.command()
+def ssh(
+    cluster: ClusterArg,
+    node: Annotated[int, typer.Option("--node", help="Node rank (0 = head).")] = 0,
+) -> None:
+    """Open an interactive shell on a node."""
+    from rlinfra.runners import ssh as ssh_runner
+
+    folder, host = _node(cluster, node)
+    argv = ssh_runner.ssh_argv(folder, host, tty=True)
+    os.execvp(argv[0], argv)
+
+
+@app.command()
+def check(cluster: ClusterArg, json_out: JsonOpt = False) -> None:
+    """Run the acceptance check: an all-reduce across every node, against the profile's floor."""
+    from rlinfra.pipeline import check as run_check
+
+    result = run_check(cluster)
+    if json_out:
+        _print_json(result)
+    else:
+        _print_check(result)
+
+
+@app.command()
+def down(
+    cluster: ClusterArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    delete_buckets: Annotated[
+        bool, typer.Option("--delete-buckets", help="Also delete the cluster's buckets and data.")
+    ] = False,
+) -> None:
+    """Destroy a cluster's nodes. Buckets are kept unless --delete-buckets."""
+    from rlinfra.pipeline import down as run_down, plan_down
+
+    todo = plan_down(cluster, delete_buckets)
+    for line in todo.describe():
+        ui.out.print(line)
+    if not yes and not ui.confirm("Destroy these?"):
+        raise UsageError("not confirmed; nothing was destroyed", "Pass --yes to skip the question.")
+    run_down(todo)
+    ui.out.print(f"cluster {cluster} is down" + ("" if delete_buckets or not todo.buckets
+                                                else " (buckets kept)"))
+
+
+def main() -> None:
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except RlinfraError as exc:
+        if os.environ.get("RLINFRA_DEBUG"):
+            traceback.print_exc()
+        ui.err.print(f"Error: {exc.message}", style="red")
+        if exc.hint:
+            ui.err.print(f"  {exc.hint}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        ui.err.print("interrupted; state is saved, re-run the same command to converge")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else 1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The built-in `local` cloud: hosts in network namespaces on this machine.
+
+Each host is a network namespace on a per-cluster bridge with its own sshd, /opt and /tmp, so
+Ansible, Ray and collectives run across real addresses without any cloud account.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from rlinfra.context import Context
+from rlinfra.errors import UsageError
+from rlinfra.plan import Plan
+from rlinfra.render import Host
+
+ROOTS: dict[str, tuple[str, ...]] = {
+    "storage": ("local_bucket",),
+    "cluster": ("local_cluster",),
+}
+
+REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "sshd": "openssh-server"}
+
+
+def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {
+        "cluster": {
+            "cluster_name": plan.cluster,
+            "node_count": plan.num_nodes,
+            "subnet_cidr": plan.subnet,
+            "state_dir": str(ctx.deployment_dir / "nodes"),
+            "ssh_authorized_key": ctx.ssh_public_key,
+        }
+    }
+    if plan.storage_buckets:
+        out["storage"] = {
+            "buckets": plan.storage_buckets,
+            "bucket_root": str(ctx.home / "buckets"),
+        }
+    return out
+
+
+def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
+    """Local hosts share the machine's /etc and have no internet."""
+    python = plan.profile.software.python
+    return {
+        "base_manage_limits": False,
+        "python_env_python": ctx.controller.system_python if python == "system" else python,
+        "python_env_cache_dir": str(ctx.home / "cache" / "uv"),
+    }
+
+
+def preflight(plan: Plan) -> None:
+    """The local cloud creates namespaces and bridges: it needs root and a few tools."""
+    if os.geteuid() != 0:
+        raise UsageError(
+            "the local cloud needs root (it creates network namespaces, a bridge and sshd hosts)",
+            "Run rlinfra as root, e.g. `sudo -E rlinfra up --profile local`.",
+        )
+    missing = [
+        f"{tool} (Debian package {package})"
+        for tool, package in REQUIRED_TOOLS.items()
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}")
+    ]
+    if missing:
+        raise UsageError(
+            "the local cloud needs " + ", ".join(missing),
+            "Install them, e.g. `apt-get install -y openssh-server iproute2`.",
+        )
+
+
+def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
+    inventory = outputs["inventory"]["value"]
+    return [
+        Host(
+            name=node["name"],
+            rank=int(node["rank"]),
+            ssh_host=node["ssh_host"],
+            private_ip=node["private_ip"],
+            interface=node["interface"],
+            ssh_user=inventory["ssh_user"],
+        )
+        for node in inventory["nodes"]
+    ]

@@ -1,0 +1,33 @@
+"""Facts about the deployment that the pure plan cannot know: paths, keys, the run id."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def rlinfra_home() -> Path:
+    return Path(os.environ.get("RLINFRA_HOME") or Path.home() / ".rlinfra").resolve()
+
+
+@dataclass(frozen=True)
+class Controller:
+    """The machine running rlinfra: tools it hands to nodes."""
+
+    uv_binary: str
+    system_python: str
+    wheelhouse: str | None
+
+
+@dataclass(frozen=True)
+class Context:
+    deployment_dir: Path
+    home: Path
+    ssh_public_key: str
+    task_id: str
+    controller: Controller
+
+    @property
+    def ssh_private_key(self) -> Path:
+        return self.deployment_dir / "ssh" / "id_ed25519"

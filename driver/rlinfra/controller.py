@@ -1,0 +1,74 @@
+"""What the controller (the machine running rlinfra) hands to nodes: uv, Python, a wheelhouse."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rlinfra import ui
+from rlinfra.errors import OperationError, UsageError
+from rlinfra.pins import PinSet
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        pass
+    import shutil
+
+    found = shutil.which("uv")
+    if not found:
+        raise UsageError("uv not found", "Install it with `pip install uv`.")
+    return found
+
+
+def system_python() -> str:
+    """The interpreter behind this (possibly virtual) environment."""
+    base = Path(sys.base_prefix) / "bin"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for name in (version, "python3"):
+        candidate = base / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise UsageError(f"no system Python found in {base}")
+
+
+def wheelhouse_dir(home: Path, pins: PinSet) -> Path:
+    digest = hashlib.sha256("\n".join(pins.packages).encode()).hexdigest()[:12]
+    return home / "wheelhouse" / f"{pins.name}-{digest}"
+
+
+def build_wheelhouse(home: Path, pins: PinSet, source: str) -> Path:
+    """Download every wheel of a pin set once, for nodes that have no internet.
+
+    ``source`` is 'auto' (download here with pip) or an existing folder of wheels.
+    """
+    if source != "auto":
+        folder = Path(source).expanduser()
+        if not folder.is_dir():
+            raise UsageError(f"software.wheelhouse: {source} is not a folder")
+        return folder.resolve()
+    folder = wheelhouse_dir(home, pins)
+    marker = folder / ".complete"
+    if marker.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+            "--only-binary=:all:", "-d", str(folder), *pins.packages]
+    if pins.index_url:
+        argv += ["--index-url", pins.index_url]
+    for url in pins.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    with ui.step(f"wheelhouse for pin set {pins.name}"):
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["pip download failed"])[-1]
+        raise OperationError(f"building the wheelhouse failed: {tail}")
+    marker.write_text("\n".join(pins.packages) + "\n")
+    return folder

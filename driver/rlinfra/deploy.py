@@ -1,0 +1,176 @@
+"""The deployment folder: writing rendered files, the SSH key, the cluster record and its lock."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlinfra.context import rlinfra_home
+from rlinfra.errors import ClusterBusyError, OperationError, UsageError
+from rlinfra.render import Host
+
+# Subtrees that rendering owns entirely: files in them that a new render does not produce are
+# removed, so a deployment folder never keeps a stale module or role file.
+MANAGED_PREFIXES = ("terraform/cluster/modules/", "terraform/storage/modules/", "ansible/roles/",
+                    "ansible/playbooks/")
+
+
+def clusters_dir(home: Path | None = None) -> Path:
+    return (home or rlinfra_home()) / "clusters"
+
+
+def deployment_dir(cluster: str, home: Path | None = None) -> Path:
+    return clusters_dir(home) / cluster
+
+
+def known_clusters(home: Path | None = None) -> list[str]:
+    root = clusters_dir(home)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "record.json").is_file())
+
+
+def write_files(root: Path, files: dict[str, str]) -> list[str]:
+    """Write rendered files under ``root``; returns the paths that changed."""
+    changed: list[str] = []
+    for rel, text in sorted(files.items()):
+        path = root / rel
+        if path.is_file() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        mode = 0o755 if rel.endswith(".sh") or "/files/" in rel and rel.endswith(".py") else 0o644
+        tmp.chmod(mode)
+        tmp.replace(path)
+        changed.append(rel)
+    for prefix in MANAGED_PREFIXES:
+        top = root / prefix
+        if not top.is_dir():
+            continue
+        for path in sorted(top.rglob("*"), reverse=True):
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and rel not in files and "__pycache__" not in rel:
+                path.unlink()
+                changed.append(rel)
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return changed
+
+
+def ensure_ssh_key(folder: Path) -> str:
+    """The deployment's SSH key pair (made once, private key 0600); returns the public key."""
+    key = folder / "ssh" / "id_ed25519"
+    pub = key.with_suffix(".pub")
+    if not key.is_file() or not pub.is_file():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for path in (key, pub):
+            path.unlink(missing_ok=True)
+        try:
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"rlinfra-{folder.name}",
+                 "-f", str(key)],
+                check=True, capture_output=True, text=True,
+            )
+        except FileNotFoundError:
+            raise UsageError("ssh-keygen not found", "Install OpenSSH (Debian: openssh-client).") from None
+        except subprocess.CalledProcessError as exc:
+            raise OperationError(f"ssh-keygen failed: {exc.stderr.strip()}") from None
+    key.chmod(0o600)
+    return pub.read_text().strip()
+
+
+# ---------------------------------------------------------------- record
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    path = folder / "record.json"
+    if not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def write_record(folder: Path, record: dict[str, Any]) -> None:
+    record = dict(record)
+    record["updated_at"] = _now()
+    record.setdefault("created_at", record["updated_at"])
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "record.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(folder / "record.json")
+
+
+def update_record(folder: Path, **fields: Any) -> dict[str, Any]:
+    record = read_record(folder) or {}
+    record.update(fields)
+    write_record(folder, record)
+    return record
+
+
+def new_task_id(cluster: str) -> str:
+    return f"{cluster}-{uuid.uuid4().hex[:12]}"
+
+
+def hosts_to_record(hosts: list[Host]) -> list[dict[str, Any]]:
+    return [asdict(h) for h in hosts]
+
+
+def hosts_from_record(record: dict[str, Any]) -> list[Host]:
+    return [Host(**h) for h in record.get("hosts") or []]
+
+
+def require_cluster(cluster: str, home: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """The folder and record of a known cluster, or a UsageError listing the known ones."""
+    folder = deployment_dir(cluster, home)
+    record = read_record(folder)
+    if record is None:
+        known = known_clusters(home)
+        hint = "Known clusters: " + ", ".join(known) if known else "No clusters exist yet."
+        raise UsageError(f"unknown cluster {cluster!r}", hint)
+    return folder, record
+
+
+# ---------------------------------------------------------------- lock
+
+
+@contextlib.contextmanager
+def cluster_lock(folder: Path, command: str) -> Iterator[None]:
+    """Hold the cluster's lock; a second command that changes the cluster refuses to start."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ".lock"
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another rlinfra command"
+        handle.close()
+        raise ClusterBusyError(
+            f"cluster {folder.name!r} is busy: {holder} holds its lock",
+            "Wait for it to finish; the lock is released when that command exits.",
+        ) from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"`rlinfra {command}` (pid {os.getpid()})")
+        handle.flush()
+        yield
+    finally:
+        handle.seek(0)
+        handle.truncate()
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

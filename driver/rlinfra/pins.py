@@ -1,0 +1,39 @@
+"""Software pin sets (versions as data, in one file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+_PINSETS = Path(__file__).with_name("data") / "pinsets.yaml"
+
+
+@dataclass(frozen=True)
+class PinSet:
+    name: str
+    description: str
+    python: str
+    packages: tuple[str, ...]
+    imports: tuple[tuple[str, str], ...]
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+
+
+@cache
+def pin_sets() -> dict[str, PinSet]:
+    raw = yaml.safe_load(_PINSETS.read_text())
+    out = {}
+    for name, body in raw.items():
+        out[name] = PinSet(
+            name=name,
+            description=body.get("description", ""),
+            python=str(body.get("python", "3.10")),
+            packages=tuple(body["packages"]),
+            imports=tuple((str(k), str(v)) for k, v in (body.get("imports") or {}).items()),
+            index_url=body.get("index_url"),
+            extra_index_urls=tuple(body.get("extra_index_urls") or ()),
+        )
+    return out

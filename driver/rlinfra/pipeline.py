@@ -1,0 +1,407 @@
+"""The stages of `up`, `down`, `check` and friends: where decisions meet the runners.
+
+validate -> plan (pure) -> write the deployment folder -> terraform -> inventory -> ansible ->
+record. Every stage records how far it got, so an interrupted run is re-run to convergence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlinfra import __version__, ui
+from rlinfra.clouds import cloud_module
+from rlinfra.context import Context, Controller, rlinfra_home
+from rlinfra.deploy import (
+    cluster_lock,
+    deployment_dir,
+    ensure_ssh_key,
+    hosts_from_record,
+    hosts_to_record,
+    known_clusters,
+    new_task_id,
+    read_record,
+    require_cluster,
+    update_record,
+    write_files,
+    write_record,
+)
+from rlinfra.errors import OperationError, UsageError
+from rlinfra.plan import Plan, make_plan, resolve_secrets
+from rlinfra.profile import Overrides, apply_overrides, load_profile
+from rlinfra.render import Host, render, render_inventory
+
+
+@dataclass(frozen=True)
+class Request:
+    profile: str
+    cluster: str | None = None
+    overrides: Overrides = field(default_factory=Overrides)
+
+
+def prepare(request: Request, environ: Mapping[str, str]) -> tuple[Plan, dict[str, str]]:
+    """Load, override, validate and plan. Raises UsageError; touches nothing."""
+    profile, source = load_profile(request.profile)
+    profile, changes = apply_overrides(profile, request.overrides, source)
+    plan = make_plan(profile, source, request.cluster, tuple(changes))
+    secrets = resolve_secrets(profile, request.overrides.secrets, environ, source)
+    return plan, secrets
+
+
+def report_overrides(plan: Plan) -> None:
+    for change in plan.overrides:
+        ui.info(f"override {change.field}: {change.old} -> {change.new} (from the command line)")
+
+
+def check_collisions(plan: Plan, home: Path) -> None:
+    """Two local clusters must not share a subnet."""
+    if plan.subnet is None:
+        return
+    for other in known_clusters(home):
+        if other == plan.cluster:
+            continue
+        record = read_record(deployment_dir(other, home)) or {}
+        if record.get("subnet") == plan.subnet and record.get("stage") != "down":
+            raise UsageError(
+                f"{plan.source}: network.subnet: {plan.subnet} is used by cluster {other!r}",
+                "Set network.subnet to another /24 in 10.213.0.0/16.",
+            )
+
+
+def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
+    from rlinfra.controller import build_wheelhouse, system_python, uv_binary, wheelhouse_dir
+
+    wheelhouse: str | None = None
+    source = plan.profile.software.wheelhouse
+    if source == "auto":
+        folder = build_wheelhouse(home, plan.pins, source) if build else wheelhouse_dir(home, plan.pins)
+        wheelhouse = str(folder)
+    elif source:
+        wheelhouse = str(build_wheelhouse(home, plan.pins, source))
+    return Controller(uv_binary=uv_binary(), system_python=system_python(), wheelhouse=wheelhouse)
+
+
+def make_context(plan: Plan, folder: Path, home: Path, build: bool) -> Context:
+    record = read_record(folder) or {}
+    return Context(
+        deployment_dir=folder,
+        home=home,
+        ssh_public_key=ensure_ssh_key(folder),
+        task_id=record.get("task_id") or new_task_id(plan.cluster),
+        controller=controller_facts(plan, home, build),
+    )
+
+
+def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
+    """`rlinfra render`: write the deployment folder's rendered files into ``out``."""
+    home = home or rlinfra_home()
+    ctx = make_context(plan, out.resolve(), home, build=False)
+    return write_files(out, render(plan, ctx))
+
+
+# ---------------------------------------------------------------- up
+
+
+def _terraform(ctx: Context, root: str) -> Any:
+    from rlinfra.runners.terraform import Terraform
+
+    return Terraform(ctx.deployment_dir / "terraform" / root, ctx.deployment_dir / "logs")
+
+
+def _apply_root(ctx: Context, root: str) -> bool:
+    """init + plan + apply of one root; returns whether it changed anything."""
+    tf = _terraform(ctx, root)
+    tf.init()
+    changed: bool = tf.plan()
+    if changed:
+        tf.apply()
+    else:
+        ui.info(f"terraform ({root}): no changes")
+    return changed
+
+
+@dataclass
+class UpResult:
+    cluster: str
+    hosts: list[Host]
+    terraform_changed: bool
+    ansible_changed: int
+    check: dict[str, Any] | None
+
+
+def up(plan: Plan, secrets: dict[str, str], run_check: bool = True,
+       stop_after: str | None = None) -> UpResult:
+    """Create or converge a cluster. Safe to re-run after any failure or interrupt."""
+    from rlinfra.runners.terraform import terraform_binary, terraform_version
+
+    home = rlinfra_home()
+    cloud = cloud_module(plan.cloud)
+    binary = terraform_binary()
+    cloud.preflight(plan)
+    check_collisions(plan, home)
+    folder = deployment_dir(plan.cluster, home)
+    existing = read_record(folder)
+    if existing and existing.get("cloud") not in (None, plan.cloud):
+        raise UsageError(
+            f"cluster {plan.cluster!r} exists on cloud {existing['cloud']!r}, "
+            f"the profile says {plan.cloud!r}",
+            "Pick another cluster name with --cluster, or `rlinfra down` it first.",
+        )
+    report_overrides(plan)
+
+    with cluster_lock(folder, "up"):
+        ctx = make_context(plan, folder, home, build=True)
+        files = render(plan, ctx)
+        write_files(folder, files)
+        record = read_record(folder) or {}
+        record.update(
+            cluster=plan.cluster, cloud=plan.cloud, profile=plan.profile.name,
+            source=plan.source, task_id=ctx.task_id, subnet=plan.subnet,
+            buckets=plan.storage_buckets, num_nodes=plan.num_nodes,
+            gpus_per_node=plan.gpus_per_node,
+            ray=plan.profile.network.ray.model_dump(),
+            versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
+            stage="rendered", error=None,
+        )
+        write_record(folder, record)
+        try:
+            changed = False
+            for root in cloud.ROOTS:
+                if (folder / "terraform" / root / "terraform.tfvars.json").is_file():
+                    changed = _apply_root(ctx, root) or changed
+            outputs = _terraform(ctx, "cluster").output()
+            hosts = cloud.hosts_from_outputs(outputs)
+            (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
+            update_record(folder, stage="infrastructure", hosts=hosts_to_record(hosts))
+            if stop_after == "infrastructure":
+                return UpResult(plan.cluster, hosts, changed, 0, None)
+
+            from rlinfra.runners.ansible import run_playbook
+
+            result = run_playbook(
+                folder / "ansible", "site.yml", f"configure {len(hosts)} node(s) with Ansible",
+                extravars={"acceptance_enabled": run_check and plan.profile.check.enabled},
+            )
+            ui.info(f"ansible: changed={result.total_changed} on {len(hosts)} node(s)")
+            check = _read_check(folder) if run_check and plan.profile.check.enabled else None
+            update_record(folder, stage="ready", check=check)
+            return UpResult(plan.cluster, hosts, changed, result.total_changed, check)
+        except KeyboardInterrupt:
+            update_record(folder, stage="interrupted", error="interrupted by the user")
+            raise
+        except OperationError as exc:
+            update_record(folder, stage="failed", error=exc.message)
+            raise
+
+
+def _read_check(folder: Path) -> dict[str, Any] | None:
+    path = folder / "check.json"
+    if not path.is_file():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+# ---------------------------------------------------------------- check
+
+
+def check(cluster: str) -> dict[str, Any]:
+    from rlinfra.runners.ansible import run_playbook
+
+    folder, record = require_cluster(cluster)
+    _require_ready(cluster, record)
+    (folder / "check.json").unlink(missing_ok=True)
+    with cluster_lock(folder, "check"):
+        run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
+    result = _read_check(folder)
+    if result is None:
+        raise OperationError("the acceptance check wrote no result")
+    update_record(folder, check=result)
+    return result
+
+
+def _require_ready(cluster: str, record: dict[str, Any]) -> None:
+    if record.get("stage") == "down" or not record.get("hosts"):
+        raise UsageError(f"cluster {cluster!r} is down", f"Bring it up: rlinfra up --cluster {cluster}")
+
+
+# ---------------------------------------------------------------- down
+
+
+@dataclass
+class DownPlan:
+    cluster: str
+    folder: Path
+    hosts: list[Host]
+    buckets: list[str]
+    delete_buckets: bool
+
+    def describe(self) -> list[str]:
+        lines = [f"cluster {self.cluster}: {len(self.hosts)} node(s)"]
+        lines += [f"  destroy node {h.name} ({h.private_ip})" for h in self.hosts]
+        for bucket in self.buckets:
+            verb = "DELETE bucket" if self.delete_buckets else "keep bucket"
+            lines.append(f"  {verb} {bucket}")
+        return lines
+
+
+def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
+    folder, record = require_cluster(cluster)
+    return DownPlan(cluster, folder, hosts_from_record(record), list(record.get("buckets") or []),
+                    delete_buckets)
+
+
+def down(todo: DownPlan) -> None:
+    folder = todo.folder
+    with cluster_lock(folder, "down"):
+        stop_tunnels(folder)
+        cluster_root = folder / "terraform" / "cluster"
+        if cluster_root.is_dir():
+            tf = _terraform_at(folder, "cluster")
+            if tf.has_state():
+                tf.init()
+                tf.destroy()
+        update_record(folder, stage="down", hosts=[], check=None)
+        (folder / "ssh" / "known_hosts").unlink(missing_ok=True)
+        storage_root = folder / "terraform" / "storage"
+        if todo.delete_buckets and storage_root.is_dir():
+            tf = _terraform_at(folder, "storage")
+            if tf.has_state():
+                tf.init()
+                tf.destroy()
+            update_record(folder, buckets=[])
+    record = read_record(folder) or {}
+    if not record.get("buckets"):
+        import shutil
+
+        shutil.rmtree(folder)
+
+
+def _terraform_at(folder: Path, root: str) -> Any:
+    from rlinfra.runners.terraform import Terraform
+
+    return Terraform(folder / "terraform" / root, folder / "logs")
+
+
+# ---------------------------------------------------------------- status
+
+
+def status(cluster: str, live: bool = True) -> dict[str, Any]:
+    folder, record = require_cluster(cluster)
+    hosts = hosts_from_record(record)
+    out: dict[str, Any] = {
+        "cluster": cluster,
+        "cloud": record.get("cloud"),
+        "profile": record.get("profile"),
+        "stage": record.get("stage"),
+        "error": record.get("error"),
+        "task_id": record.get("task_id"),
+        "nodes": [
+            {"name": h.name, "rank": h.rank, "role": "head" if h.rank == 0 else "worker",
+             "ssh_host": h.ssh_host, "private_ip": h.private_ip}
+            for h in hosts
+        ],
+        "buckets": record.get("buckets") or [],
+        "updated_at": record.get("updated_at"),
+        "ray": None,
+    }
+    if live and hosts and record.get("stage") in {"ready", "failed", "interrupted"}:
+        out["ray"] = ray_state(folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265)))
+    return out
+
+
+RAY_NODES_SCRIPT = (
+    "import json, urllib.request; "
+    "d = json.load(urllib.request.urlopen('http://127.0.0.1:{port}/nodes?view=summary', timeout=10)); "
+    "print(json.dumps([{{'ip': n['raylet']['nodeManagerAddress'], 'state': n['raylet']['state']}} "
+    "for n in d['data']['summary']]))"
+)
+
+
+def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str, Any]:
+    """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only)."""
+    from rlinfra.runners import ssh
+
+    script = RAY_NODES_SCRIPT.format(port=dashboard_port)
+    head = hosts[0]
+    try:
+        result = ssh.run(folder, head, f"/opt/rlinfra/venv/bin/python -c \"{script}\"",
+                         capture=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return {"reachable": False, "error": "timed out asking the head node"}
+    if result.returncode != 0:
+        return {"reachable": False, "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
+    nodes = json.loads(result.stdout.strip().splitlines()[-1])
+    alive = sorted(n["ip"] for n in nodes if n["state"] == "ALIVE")
+    missing = [h.name for h in hosts if h.private_ip not in alive]
+    return {"reachable": True, "alive_nodes": len(alive), "alive_ips": alive,
+            "missing_nodes": missing}
+
+
+# ---------------------------------------------------------------- endpoints and tunnels
+
+
+def endpoint(cluster: str, port: int) -> dict[str, Any]:
+    """A URL for ``port`` on the head node that works from this machine.
+
+    Direct when the port answers on the head's address; otherwise through an SSH tunnel that
+    rlinfra starts (and `down` stops).
+    """
+    from rlinfra.runners import ssh
+
+    folder, record = require_cluster(cluster)
+    _require_ready(cluster, record)
+    head = hosts_from_record(record)[0]
+    if ssh.port_open(head.ssh_host, port):
+        return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}
+    tunnels = folder / "tunnels"
+    tunnels.mkdir(exist_ok=True)
+    meta_path = tunnels / f"{port}.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if _alive(meta["pid"]) and ssh.port_open("127.0.0.1", meta["local_port"]):
+            return {"url": f"http://127.0.0.1:{meta['local_port']}", "via": "ssh-tunnel",
+                    "port": port, "pid": meta["pid"]}
+    local = ssh.free_local_port()
+    argv = ssh.ssh_argv(folder, head, "-N", "-o", "ExitOnForwardFailure=yes",
+                        "-L", f"127.0.0.1:{local}:127.0.0.1:{port}")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise OperationError(f"the SSH tunnel to {head.name}:{port} exited ({proc.returncode})")
+        if ssh.port_open("127.0.0.1", local, timeout=0.3):
+            break
+        time.sleep(0.2)
+    else:
+        proc.terminate()
+        raise OperationError(f"the SSH tunnel to {head.name}:{port} did not open")
+    meta_path.write_text(json.dumps({"pid": proc.pid, "local_port": local, "remote_port": port}))
+    return {"url": f"http://127.0.0.1:{local}", "via": "ssh-tunnel", "port": port, "pid": proc.pid}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def stop_tunnels(folder: Path) -> None:
+    tunnels = folder / "tunnels"
+    if not tunnels.is_dir():
+        return
+    for meta_path in tunnels.glob("*.json"):
+        pid = json.loads(meta_path.read_text()).get("pid")
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        meta_path.unlink()

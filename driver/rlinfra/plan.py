@@ -1,0 +1,149 @@
+"""Profile -> Plan: every decision about a deployment, made without touching the world.
+
+Nothing in this module runs a process, opens a socket or writes a file, so every decision can be
+unit-tested from a profile alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rlinfra.accelerators import Accelerator
+from rlinfra.errors import UsageError
+from rlinfra.pins import PinSet, pin_sets
+from rlinfra.profile import Override, Profile, check_cluster_name
+
+LOCAL_SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    rank: int
+
+    @property
+    def role(self) -> str:
+        return "head" if self.rank == 0 else "worker"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `up` will build and run, decided from a profile and command-line overrides."""
+
+    cluster: str
+    profile: Profile
+    source: str
+    nodes: tuple[NodePlan, ...]
+    accelerator: Accelerator | None
+    pins: PinSet
+    subnet: str | None
+    overrides: tuple[Override, ...] = ()
+    secret_names: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def cloud(self) -> str:
+        return self.profile.cloud
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.accelerator.count if self.accelerator else 0
+
+    @property
+    def storage_buckets(self) -> list[str]:
+        return [item.bucket for item in self.profile.storage]
+
+
+def local_subnet(cluster: str) -> str:
+    """A stable /24 for a local cluster, derived from its name (inside 10.213.0.0/16).
+
+    Third octets 240-255 are left for tests and explicit profile subnets.
+    """
+    digest = hashlib.sha256(cluster.encode()).digest()
+    third = 16 + digest[0] % 224
+    return f"10.213.{third}.0/24"
+
+
+def resolve_secrets(
+    profile: Profile, flags: Mapping[str, str | None], environ: Mapping[str, str], source: str
+) -> dict[str, str]:
+    """Secret values from ``--secret NAME=VALUE`` or the caller's environment.
+
+    Missing required secrets are an error here, before any cloud call.
+    """
+    values: dict[str, str] = {}
+    for name, requirement in profile.secrets.items():
+        if name in flags and flags[name] is not None:
+            values[name] = str(flags[name])
+        elif name in environ and environ[name]:
+            values[name] = environ[name]
+        elif requirement == "required":
+            raise UsageError(
+                f"{source}: secrets.{name}: required secret is not set",
+                f"Export {name} in your shell and pass --secret {name}, "
+                f"or pass --secret {name}=VALUE.",
+            )
+    for name, value in flags.items():
+        if name not in profile.secrets:
+            if value is None and name not in environ:
+                raise UsageError(f"--secret {name}: {name} is not set in the environment")
+            values[name] = value if value is not None else environ[name]
+    return values
+
+
+def make_plan(
+    profile: Profile,
+    source: str,
+    cluster: str | None = None,
+    overrides: tuple[Override, ...] = (),
+) -> Plan:
+    """Decide the deployment. Raises UsageError for combinations the models cannot see."""
+    name = check_cluster_name(cluster or profile.name)
+    pinsets = pin_sets()
+    if profile.software.pin_set not in pinsets:
+        raise UsageError(
+            f"{source}: software.pin_set: unknown pin set {profile.software.pin_set!r}",
+            "Known pin sets: " + ", ".join(pinsets),
+        )
+    pins = pinsets[profile.software.pin_set]
+    candidates = profile.resources.accelerator_candidates
+    accelerator = candidates[0] if candidates else None
+    if len({c.count for c in candidates}) > 1:
+        raise UsageError(
+            f"{source}: resources.accelerators: candidates must have the same GPU count per node"
+        )
+
+    subnet: str | None = None
+    if profile.cloud == "local":
+        if candidates:
+            raise UsageError(
+                f"{source}: resources.accelerators: the local cloud has no GPUs",
+                "Remove resources.accelerators, or pick a cloud that has them.",
+            )
+        subnet = profile.network.subnet or local_subnet(name)
+        net = ipaddress.IPv4Network(subnet)
+        if net.prefixlen != 24 or not net.subnet_of(LOCAL_SUPERNET):
+            raise UsageError(
+                f"{source}: network.subnet: the local cloud needs a /24 inside {LOCAL_SUPERNET}"
+            )
+        if profile.resources.num_nodes > 64:
+            raise UsageError(f"{source}: resources.num_nodes: the local cloud makes at most 64")
+
+    nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
+    return Plan(
+        cluster=name,
+        profile=profile,
+        source=source,
+        nodes=nodes,
+        accelerator=accelerator,
+        pins=pins,
+        subnet=subnet,
+        overrides=overrides,
+        secret_names=tuple(sorted(profile.secrets)),
+    )

@@ -1,0 +1,510 @@
+"""Profiles: YAML files validated into typed models, plus command-line overrides.
+
+A profile says what to build (cloud, nodes, accelerators, storage, network, software) and what to
+run on it. Loading is strict: an unknown key, a wrong type or a bad value is a ``ProfileError``
+that names the file, the field and, for unknown keys, the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlinfra.accelerators import Accelerator, parse_accelerator
+from rlinfra.errors import ProfileError, UsageError
+
+CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+Cloud = Literal["local", "aws", "gcp", "ssh"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What each node needs."""
+
+    accelerators: list[str] | None = Field(
+        default=None,
+        description="GPU spec per node ('H100:8') or candidates, cheapest offered wins.",
+    )
+    num_nodes: int = Field(default=1, description="Number of nodes; the first is the Ray head.")
+    cpus: int | None = Field(default=None, description="Minimum vCPUs per node.")
+    memory_gb: int | None = Field(default=None, description="Minimum memory per node, GB.")
+    disk_gb: int = Field(default=100, description="Root disk size, GB.")
+    disk_type: str = Field(default="gp3", description="Root disk type (cloud-specific).")
+    instance_type: str | None = Field(default=None, description="Exact type; skips the catalog.")
+    spot: bool = Field(default=False, description="Use spot/preemptible capacity.")
+    max_price: float | None = Field(default=None, description="Spot price cap per hour, USD.")
+    image: str | None = Field(default=None, description="Machine image id; looked up if unset.")
+
+    @field_validator("accelerators", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        return value
+
+    @field_validator("accelerators")
+    @classmethod
+    def _parse(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one accelerator, or leave the field out for CPU nodes")
+        specs = [str(parse_accelerator(item)) for item in value]
+        if len(set(specs)) != len(specs):
+            raise ValueError("the same accelerator is listed twice")
+        return specs
+
+    @field_validator("num_nodes")
+    @classmethod
+    def _nodes(cls, value: int) -> int:
+        if not 1 <= value <= 64:
+            raise ValueError("must be between 1 and 64")
+        return value
+
+    @field_validator("cpus", "memory_gb", "disk_gb")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @property
+    def accelerator_candidates(self) -> list[Accelerator]:
+        return [parse_accelerator(spec) for spec in self.accelerators or []]
+
+
+class RayPorts(_Strict):
+    """Ray's ports. The dashboard (and the job API behind it) has no authentication."""
+
+    head_port: int = 6379
+    dashboard_port: int = 8265
+    dashboard_host: str = "127.0.0.1"
+    dashboard_agent_listen_port: int = 52365
+    client_server_port: int = 10001
+
+    @field_validator("dashboard_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IP address") from exc
+        return value
+
+    def ports(self) -> dict[str, int]:
+        return {
+            "head_port": self.head_port,
+            "dashboard_port": self.dashboard_port,
+            "dashboard_agent_listen_port": self.dashboard_agent_listen_port,
+            "client_server_port": self.client_server_port,
+        }
+
+
+class Network(_Strict):
+    """Addresses, interfaces and what is reachable from where."""
+
+    interface: str | None = Field(
+        default=None,
+        description="Collective (NCCL/GLOO) interface; detected from the default route if unset.",
+    )
+    subnet: str | None = Field(default=None, description="Cluster subnet (local: an IPv4 /24).")
+    allowed_cidrs: list[str] = Field(
+        default_factory=list, description="Who may reach SSH and the service ports."
+    )
+    allow_public: bool = Field(
+        default=False, description="Allow 0.0.0.0/0 in allowed_cidrs or a public dashboard."
+    )
+    ray: RayPorts = Field(default_factory=RayPorts)
+
+    @field_validator("interface")
+    @classmethod
+    def _iface(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", value):
+            raise ValueError(f"{value!r} is not an interface name")
+        return value
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            net = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network") from exc
+        return str(net)
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        out = []
+        for cidr in value:
+            try:
+                out.append(str(ipaddress.ip_network(cidr, strict=False)))
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR block") from exc
+        return out
+
+    @model_validator(mode="after")
+    def _public(self) -> Network:
+        if not self.allow_public:
+            if "0.0.0.0/0" in self.allowed_cidrs or "::/0" in self.allowed_cidrs:
+                raise ValueError(
+                    "allowed_cidrs opens the cluster to the whole internet; "
+                    "set network.allow_public: true if that is intended"
+                )
+            if ipaddress.ip_address(self.ray.dashboard_host).is_unspecified:
+                raise ValueError(
+                    "ray.dashboard_host 0.0.0.0 exposes Ray's unauthenticated job API; "
+                    "set network.allow_public: true if that is intended"
+                )
+        return self
+
+
+class Storage(_Strict):
+    """A bucket, and where nodes see it."""
+
+    bucket: str
+    mount_path: str = "/checkpoints"
+    mode: Literal["MOUNT", "COPY"] = "MOUNT"
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str) -> str:
+        if not BUCKET_NAME_RE.fullmatch(value) or ".." in value:
+            raise ValueError(
+                f"{value!r} is not a valid bucket name (3-63 characters: lowercase letters, "
+                "digits, '.', '-'; starts and ends with a letter or digit)"
+            )
+        return value
+
+    @field_validator("mount_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") in ("", "/etc", "/usr", "/opt", "/tmp"):
+            raise ValueError(f"{value!r} must be an absolute path outside system folders")
+        return value.rstrip("/")
+
+
+class Software(_Strict):
+    """What gets installed on every node."""
+
+    pin_set: str = Field(default="cpu-sandbox", description="Named pin set (see `rlinfra pins`).")
+    python: str = Field(default="3.10", description="Python version, or 'system'.")
+    wheelhouse: str | None = Field(
+        default=None,
+        description="'auto' (build on the controller), a folder of wheels, or unset (index).",
+    )
+
+
+class Check(_Strict):
+    """The cluster acceptance check (a distributed all-reduce) run at the end of `up`."""
+
+    enabled: bool = True
+    min_busbw_gbps: float = Field(default=0.0, ge=0.0, description="Fail below this bus bandwidth.")
+    sizes_mib: list[int] = Field(default_factory=lambda: [1, 16, 64])
+
+    @field_validator("sizes_mib")
+    @classmethod
+    def _sizes(cls, value: list[int]) -> list[int]:
+        if not value or any(size < 1 or size > 8192 for size in value):
+            raise ValueError("give sizes between 1 and 8192 MiB")
+        return value
+
+
+class Profile(_Strict):
+    """A whole profile."""
+
+    name: str = ""
+    description: str = ""
+    cloud: Cloud = "local"
+    region: str | None = None
+    zone: str | None = None
+    resources: Resources = Field(default_factory=Resources)
+    ports: list[int] = Field(default_factory=list, description="Service ports to open.")
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, Literal["required", "optional"]] = Field(default_factory=dict)
+    storage: list[Storage] = Field(default_factory=list)
+    network: Network = Field(default_factory=Network)
+    software: Software = Field(default_factory=Software)
+    check: Check = Field(default_factory=Check)
+    workload: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                key: (str(item).lower() if isinstance(item, bool) else item)
+                if isinstance(item, bool | int | float)
+                else item
+                for key, item in value.items()
+            }
+        return value
+
+    @field_validator("env", "secrets")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not ENV_NAME_RE.fullmatch(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, value: list[int]) -> list[int]:
+        for port in value:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port {port} is out of range (1-65535)")
+        if len(set(value)) != len(value):
+            dup = sorted({p for p in value if value.count(p) > 1})
+            raise ValueError(f"port {dup[0]} is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _cross(self) -> Profile:
+        ray_ports = self.network.ray.ports()
+        for name, port in ray_ports.items():
+            if not 1 <= port <= 65535:
+                raise ValueError(f"network.ray.{name} {port} is out of range (1-65535)")
+        seen: dict[int, str] = {}
+        for name, port in ray_ports.items():
+            if port in seen:
+                raise ValueError(f"network.ray.{name} {port} is also network.ray.{seen[port]}")
+            seen[port] = name
+        for port in self.ports:
+            if port in seen and seen[port] != "dashboard_port":
+                raise ValueError(f"ports: {port} is also network.ray.{seen[port]}")
+        overlap = set(self.env) & set(self.secrets)
+        if overlap:
+            raise ValueError(f"{sorted(overlap)[0]!r} is both in env and in secrets")
+        mounts = [item.mount_path for item in self.storage]
+        if len(set(mounts)) != len(mounts):
+            raise ValueError("two storage entries share one mount_path")
+        return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        candidates = self.resources.accelerator_candidates
+        return candidates[0].count if candidates else 0
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item.startswith("function-") or item in {"list[str]", "str"}:
+            continue
+        else:
+            parts.append(("." if parts else "") + item)
+    return "".join(parts)
+
+
+def _model_at(loc: Iterable[int | str]) -> type[BaseModel] | None:
+    model: Any = Profile
+    for item in loc:
+        if isinstance(item, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        info = model.model_fields.get(item)
+        if info is None:
+            return None
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _first_error(source: str, exc: ValidationError) -> ProfileError:
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    where = _location(loc)
+    if err["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        parent = _model_at(loc[:-1])
+        hint = None
+        if parent is not None:
+            close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
+            if close:
+                hint = f"Did you mean {close[0]!r}?"
+            else:
+                hint = "Known keys: " + ", ".join(parent.model_fields)
+        return ProfileError(source, where, "unknown key", hint)
+    message = str(err["msg"])
+    message = message.removeprefix("Value error, ")
+    if err["type"] in {"int_parsing", "int_type", "bool_parsing", "float_parsing", "string_type"}:
+        message = f"{message} (got {err.get('input')!r})"
+    if not where:
+        return ProfileError(source, "", message)
+    return ProfileError(source, where, message)
+
+
+def profile_from_data(data: Any, source: str, default_name: str) -> Profile:
+    """Validate parsed YAML into a Profile; errors name ``source``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProfileError(source, "", "a profile must be a mapping of keys to values")
+    data = dict(data)
+    data.setdefault("name", default_name)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(source, exc) from None
+
+
+def profile_dirs() -> list[Path]:
+    """Where named profiles are looked up: $RLINFRA_PROFILE_PATH, then the built-in ones."""
+    import os
+
+    from rlinfra.assets import asset_dir
+
+    dirs = [Path(p) for p in os.environ.get("RLINFRA_PROFILE_PATH", "").split(os.pathsep) if p]
+    dirs.append(asset_dir("profiles"))
+    return dirs
+
+
+def known_profiles() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for directory in profile_dirs():
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} or "/" in name_or_path:
+        if not candidate.is_file():
+            raise UsageError(f"profile file {name_or_path} does not exist")
+        return candidate
+    known = known_profiles()
+    if name_or_path in known:
+        return known[name_or_path]
+    close = difflib.get_close_matches(name_or_path, list(known), n=1)
+    hint = (f"Did you mean {close[0]!r}? " if close else "") + "Known profiles: " + ", ".join(known)
+    raise UsageError(f"unknown profile {name_or_path!r}", hint)
+
+
+def load_profile(name_or_path: str) -> tuple[Profile, str]:
+    """Load a profile by name or path; returns the profile and the source it came from."""
+    path = resolve_profile_path(name_or_path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{source}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ProfileError(source, "", f"not valid YAML{line}") from None
+    return profile_from_data(data, source, path.stem), source
+
+
+# ---------------------------------------------------------------- overrides
+
+
+@dataclass(frozen=True)
+class Override:
+    """One command-line override, reported against the file's value."""
+
+    field: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Overrides:
+    num_nodes: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    accelerators: list[str] | None = None
+    secrets: dict[str, str | None] = field(default_factory=dict)
+
+
+def parse_env_pairs(pairs: Iterable[str], flag: str = "--env") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not ENV_NAME_RE.fullmatch(name):
+            raise UsageError(f"{flag} {pair!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def parse_secret_flags(items: Iterable[str]) -> dict[str, str | None]:
+    """``NAME`` (value from the caller's environment) or ``NAME=VALUE``."""
+    out: dict[str, str | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not ENV_NAME_RE.fullmatch(name):
+            raise UsageError(f"--secret {name!r}: expected NAME or NAME=VALUE")
+        out[name] = value if sep else None
+    return out
+
+
+def apply_overrides(
+    profile: Profile, overrides: Overrides, source: str
+) -> tuple[Profile, list[Override]]:
+    """Return the profile with overrides applied and what each one changed."""
+    data = profile.model_dump(mode="python")
+    changes: list[Override] = []
+    if overrides.num_nodes is not None:
+        old = profile.resources.num_nodes
+        data["resources"]["num_nodes"] = overrides.num_nodes
+        changes.append(Override("resources.num_nodes", str(old), str(overrides.num_nodes)))
+    if overrides.accelerators is not None:
+        old_acc = ",".join(profile.resources.accelerators or []) or "none"
+        data["resources"]["accelerators"] = overrides.accelerators
+        changes.append(
+            Override("resources.accelerators", old_acc, ",".join(overrides.accelerators))
+        )
+    for key, value in overrides.env.items():
+        if key in profile.secrets:
+            raise UsageError(f"--env {key}: {key} is a secret of this profile; use --secret {key}")
+        old_env = profile.env.get(key)
+        data["env"][key] = value
+        changes.append(Override(f"env.{key}", "unset" if old_env is None else old_env, value))
+    for key in overrides.secrets:
+        if key not in profile.secrets:
+            data["secrets"][key] = "optional"
+            changes.append(Override(f"secrets.{key}", "undeclared", "optional"))
+    try:
+        return Profile.model_validate(data), changes
+    except ValidationError as exc:
+        error = _first_error(f"{source} (with command-line overrides)", exc)
+        raise error from None
+
+
+def check_cluster_name(name: str) -> str:
+    if not CLUSTER_NAME_RE.fullmatch(name):
+        raise UsageError(
+            f"bad cluster name {name!r}: use 1-31 characters, lowercase letters, digits and '-', "
+            "starting with a letter"
+        )
+    return name

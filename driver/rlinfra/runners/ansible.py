@@ -1,0 +1,104 @@
+"""Ansible playbooks through ansible-runner, with per-host progress and a one-line failure."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlinfra import ui
+from rlinfra.errors import OperationError
+
+
+@dataclass
+class PlaybookResult:
+    status: str
+    rc: int
+    changed: dict[str, int] = field(default_factory=dict)
+    ok: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    artifact_dir: str = ""
+
+    @property
+    def total_changed(self) -> int:
+        return sum(self.changed.values())
+
+
+def run_playbook(
+    ansible_dir: Path,
+    playbook: str,
+    title: str,
+    limit: str | None = None,
+    extravars: dict[str, Any] | None = None,
+    raise_on_failure: bool = True,
+) -> PlaybookResult:
+    """Run ``ansible_dir/playbooks/<playbook>`` against ``ansible_dir/inventory.yml``."""
+    import ansible_runner
+
+    failures: list[str] = []
+    inventory = ansible_dir / "inventory.yml"
+    vars_file = ansible_dir / "vars.yml"
+    private = ansible_dir / ".runner"
+    private.mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)
+    envvars = {
+        "ANSIBLE_CONFIG": str(ansible_dir / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(ansible_dir / "roles"),
+        "ANSIBLE_LOCAL_TEMP": str(private / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+    }
+    cmdline = f"-e @{vars_file}"
+    if extravars:
+        import json
+
+        cmdline += f" -e '{json.dumps(extravars)}'"
+
+    with ui.step(title) as progress:
+
+        def on_event(event: dict[str, Any]) -> bool:
+            data = event.get("event_data") or {}
+            kind = event.get("event", "")
+            host = data.get("host") or data.get("remote_addr") or ""
+            if kind == "playbook_on_task_start":
+                progress.update(f"{data.get('task', '')}")
+            elif kind in {"runner_on_failed", "runner_on_unreachable"} and not data.get(
+                "ignore_errors"
+            ):
+                result = data.get("res") or {}
+                message = result.get("msg") or result.get("stderr") or result.get("reason") or ""
+                message = " ".join(str(message).split())[:300]
+                failures.append(f"{host}: task '{data.get('task', '?')}': {message}")
+            return True
+
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(ansible_dir),
+            playbook=f"playbooks/{playbook}",
+            inventory=str(inventory),
+            cmdline=cmdline,
+            envvars=envvars,
+            limit=limit,
+            quiet=True,
+            event_handler=on_event,
+            rotate_artifacts=5,
+        )
+    stats = runner.stats or {}
+    result = PlaybookResult(
+        status=runner.status,
+        rc=runner.rc,
+        changed=dict(stats.get("changed") or {}),
+        ok=dict(stats.get("ok") or {}),
+        failures=failures,
+        artifact_dir=str(runner.config.artifact_dir),
+    )
+    if raise_on_failure and (runner.rc != 0 or runner.status != "successful"):
+        summary = failures[0] if failures else f"ansible-playbook exited with {runner.rc}"
+        more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise OperationError(
+            f"{playbook} failed: {summary}{more}",
+            f"Full output: {Path(result.artifact_dir) / 'stdout'}",
+        )
+    return result

@@ -1,0 +1,59 @@
+"""SSH to cluster nodes with the deployment's key."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+from pathlib import Path
+
+from rlinfra.render import Host
+
+NODE_ENV = "/opt/rlinfra/node.env"
+
+
+def ssh_argv(folder: Path, host: Host, *extra: str, tty: bool = False) -> list[str]:
+    argv = [
+        "ssh",
+        "-i", str(folder / "ssh" / "id_ed25519"),
+        "-o", "StrictHostKeyChecking=no",
+        "-o", f"UserKnownHostsFile={folder / 'ssh' / 'known_hosts'}",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "ConnectTimeout=10",
+        "-o", "LogLevel=ERROR",
+    ]
+    if not tty:
+        argv += ["-o", "BatchMode=yes"]
+    else:
+        argv += ["-t"]
+    return [*argv, *extra, f"{host.ssh_user}@{host.ssh_host}"]
+
+
+def remote_command(command: str) -> str:
+    """Run ``command`` in bash on the node with the node contract loaded."""
+    script = f"[ -r {NODE_ENV} ] && . {NODE_ENV}; cd ~ && {command}"
+    return "bash -c " + shlex.quote(script)
+
+
+def run(folder: Path, host: Host, command: str, capture: bool = False,
+        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ssh_argv(folder, host), remote_command(command)],
+        capture_output=capture, text=True, check=False, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_local_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -1,0 +1,186 @@
+"""Terraform, through python-terraform: init, plan, apply, destroy, output.
+
+Commands are built with python-terraform and run with their output streamed line by line to a
+log file in the deployment folder and to the progress line. An interrupted command is left to
+finish its own shutdown (Terraform saves its state on SIGINT) before the interrupt propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rlinfra import ui
+from rlinfra.errors import OperationError, UsageError
+
+INSTALL_HINT = (
+    "Install Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install) and put it on "
+    "PATH, or point RLINFRA_TERRAFORM at the binary."
+)
+
+
+def terraform_binary() -> str:
+    configured = os.environ.get("RLINFRA_TERRAFORM")
+    if configured:
+        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+            raise UsageError(f"RLINFRA_TERRAFORM={configured} is not an executable", INSTALL_HINT)
+        return configured
+    found = shutil.which("terraform")
+    if found is None:
+        raise UsageError("terraform not found on PATH", INSTALL_HINT)
+    return found
+
+
+def terraform_version(binary: str) -> str:
+    result = subprocess.run(
+        [binary, "version", "-json"], capture_output=True, text=True, check=False,
+        env=_env(None),
+    )
+    try:
+        return str(json.loads(result.stdout)["terraform_version"])
+    except (ValueError, KeyError):
+        return "unknown"
+
+
+def _env(cli_config: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TF_IN_AUTOMATION"] = "1"
+    env["TF_INPUT"] = "0"
+    env.pop("TF_LOG", None)
+    if cli_config is not None:
+        env["TF_CLI_CONFIG_FILE"] = str(cli_config)
+    else:
+        env.pop("TF_CLI_CONFIG_FILE", None)
+    return env
+
+
+class Terraform:
+    """One Terraform root in the deployment folder."""
+
+    def __init__(self, root: Path, log_dir: Path, cli_config_text: str = "") -> None:
+        from python_terraform import Terraform as PyTerraform
+
+        self.root = root
+        self.log_dir = log_dir
+        self.binary = terraform_binary()
+        self._tf = PyTerraform(working_dir=str(root), terraform_bin_path=self.binary)
+        self.cli_config = root / ".terraformrc"
+        if not self.cli_config.is_file() or self.cli_config.read_text() != cli_config_text:
+            self.cli_config.write_text(cli_config_text)
+
+    # -- running
+
+    def _run(self, title: str, cmd: str, *args: str, ok_codes: tuple[int, ...] = (0,),
+             **options: Any) -> tuple[int, str]:
+        argv: list[str] = self._tf.generate_cmd_string(cmd, *args, **options)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"terraform-{self.root.name}-{cmd.replace(' ', '-')}.log"
+        lines: list[str] = []
+        with ui.step(title) as progress, log_path.open("w") as log:
+            log.write("$ " + " ".join(argv) + "\n")
+            proc = subprocess.Popen(
+                argv, cwd=self.root, env=_env(self.cli_config), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, bufsize=1,
+            )
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    lines.append(line)
+                    if line.strip():
+                        progress.update(line)
+                code = proc.wait()
+            except KeyboardInterrupt:
+                ui.warn("interrupted: letting Terraform save its state")
+                try:
+                    proc.wait(timeout=300)
+                except KeyboardInterrupt:
+                    proc.wait(timeout=300)
+                raise
+            if code not in ok_codes:
+                raise OperationError(
+                    f"terraform {cmd} failed in {self.root}: {_last_error(lines)}",
+                    f"Full output: {log_path}",
+                )
+        return code, "".join(lines)
+
+    def init(self) -> None:
+        self._run(f"terraform init ({self.root.name})", "init", no_color=_FLAG, input=False,
+                  upgrade=False)
+
+    def plan(self, out_file: str = "tfplan", destroy: bool = False) -> bool:
+        """Save a plan; returns True when it changes something."""
+        options: dict[str, Any] = {"no_color": _FLAG, "input": False, "out": out_file,
+                                   "detailed_exitcode": _FLAG}
+        if destroy:
+            options["destroy"] = _FLAG
+        code, _ = self._run(f"terraform plan ({self.root.name})", "plan", ok_codes=(0, 2),
+                            **options)
+        return code == 2
+
+    def apply(self, plan_file: str = "tfplan") -> None:
+        self._run(f"terraform apply ({self.root.name})", "apply", plan_file, no_color=_FLAG,
+                  input=False, auto_approve=_FLAG)
+
+    def destroy(self) -> None:
+        self._run(f"terraform destroy ({self.root.name})", "destroy", no_color=_FLAG,
+                  input=False, auto_approve=_FLAG)
+
+    def show_json(self, plan_file: str = "tfplan") -> dict[str, Any]:
+        code, text = self._quiet("show", "-json", plan_file)
+        if code != 0:
+            raise OperationError(f"terraform show failed in {self.root}: {text.strip()[-300:]}")
+        data: dict[str, Any] = json.loads(text)
+        return data
+
+    def output(self) -> dict[str, Any]:
+        code, text = self._quiet("output", "-json")
+        if code != 0:
+            raise OperationError(f"terraform output failed in {self.root}: {text.strip()[-300:]}")
+        data: dict[str, Any] = json.loads(text)
+        return data
+
+    def has_state(self) -> bool:
+        state = self.root / "terraform.tfstate"
+        if not state.is_file():
+            return False
+        try:
+            return bool(json.loads(state.read_text()).get("resources"))
+        except ValueError:
+            return True
+
+    def _quiet(self, *argv: str) -> tuple[int, str]:
+        result = subprocess.run(
+            [self.binary, *argv], cwd=self.root, env=_env(self.cli_config),
+            capture_output=True, text=True, check=False,
+        )
+        return result.returncode, result.stdout if result.returncode == 0 else result.stderr
+
+
+def _last_error(lines: list[str]) -> str:
+    """The first line of Terraform's last error block, or its last line of output."""
+    for index in range(len(lines) - 1, -1, -1):
+        text = lines[index].strip().lstrip("│╷╵ ").strip()
+        if text.startswith("Error:"):
+            detail = [
+                line.strip().lstrip("│ ").strip()
+                for line in lines[index + 1 : index + 8]
+                if line.strip().lstrip("│╷╵ ").strip()
+            ]
+            tail = next((d for d in detail if not d.startswith("on ") and not d.startswith("with ")), "")
+            return (text + (" " + tail if tail else ""))[:400]
+    tail = [line.strip() for line in lines if line.strip()]
+    return tail[-1][:400] if tail else "no output"
+
+
+def _flag() -> Any:
+    from python_terraform import IsFlagged
+
+    return IsFlagged
+
+
+_FLAG: Any = _flag()

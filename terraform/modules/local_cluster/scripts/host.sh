@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Hosts of the local cloud: a Linux bridge per cluster, and per node a network namespace, a veth
+# pair, a folder with the node's own /opt and /tmp, and an sshd inside the namespace.
+#
+# Usage: host.sh SUBCOMMAND, with its inputs in RLINFRA_* environment variables:
+#
+#   preflight        check root and the commands needed (no inputs)
+#   bridge-create    RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_GATEWAY_CIDR RLINFRA_SUBNET_CIDR
+#   bridge-destroy   RLINFRA_BRIDGE
+#   node-create      RLINFRA_CLUSTER RLINFRA_NODE_NAME RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE
+#                    RLINFRA_NODE_IP RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR
+#                    RLINFRA_AUTHORIZED_KEY [RLINFRA_SSHD_WAIT_S, default 20]
+#   node-destroy     RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR [RLINFRA_KILL_WAIT_S, default 10]
+#
+# Every create converges when run again on what exists; every destroy succeeds on what is gone.
+# Traffic stays on the bridge: no NAT and no forwarding are set up.
+#
+# Inside a node's mount namespace the node folder is bound at /run/rlinfra/<netns> before its opt/
+# and tmp/ are bound over /opt and /tmp, so sshd finds its files even when the node folder itself
+# lies under /tmp or /opt on the host. sshd_config therefore names /run/rlinfra/<netns> paths.
+set -euo pipefail
+umask 022
+
+readonly INSTALL_HINT="Debian: apt-get install openssh-server iproute2"
+readonly NODE_MARKER="rlinfra-node.json"
+readonly VIEW_ROOT="/run/rlinfra"
+
+die() {
+  echo "rlinfra local cloud: $*" >&2
+  exit 1
+}
+
+warn() {
+  echo "rlinfra local cloud: warning: $*" >&2
+}
+
+need() {
+  local name
+  for name in "$@"; do
+    [[ -n "${!name:-}" ]] || die "${FUNCNAME[1]}: environment variable $name is not set"
+  done
+}
+
+find_sshd() {
+  local sshd
+  sshd="$(command -v sshd || true)"
+  if [[ -z "$sshd" && -x /usr/sbin/sshd ]]; then
+    sshd=/usr/sbin/sshd
+  fi
+  echo "$sshd"
+}
+
+preflight() {
+  [[ "$(id -u)" == 0 ]] || die "the local cloud needs root (uid 0); run as root or with sudo"
+  local cmd
+  for cmd in ip unshare setsid mount ssh-keygen timeout; do
+    command -v "$cmd" >/dev/null 2>&1 || die "command '$cmd' not found; install it ($INSTALL_HINT)"
+  done
+  [[ -n "$(find_sshd)" ]] || die "command 'sshd' not found; install it ($INSTALL_HINT)"
+  ip netns list >/dev/null 2>&1 || die "'ip netns' does not work here; install a full iproute2 ($INSTALL_HINT)"
+}
+
+link_exists() {
+  ip link show dev "$1" >/dev/null 2>&1
+}
+
+netns_exists() {
+  [[ -e "/run/netns/$1" ]]
+}
+
+# Alive and not a zombie.
+pid_alive() {
+  local state
+  [[ -r "/proc/$1/status" ]] || return 1
+  state="$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null || true)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
+# The sshd recorded in a node folder ($1), if it still runs that node's config ($2 = view path).
+node_sshd_pid() {
+  local dir="$1" view="$2" pid
+  [[ -r "$dir/sshd.pid" ]] || return 1
+  pid="$(tr -dc '0-9' <"$dir/sshd.pid")"
+  [[ -n "$pid" ]] && pid_alive "$pid" || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$view/sshd_config" || return 1
+  echo "$pid"
+}
+
+# Run a command in the node's namespaces with the node folder bound at its view path.
+in_node() {
+  local ns="$1" dir="$2" view="$3"
+  shift 3
+  ip netns exec "$ns" unshare --mount --propagation private \
+    sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$dir" "$view" "$@"
+}
+
+# Mount points at or below a folder, deepest first.
+mounts_under() {
+  awk -v d="$1" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r
+}
+
+# TERM, wait up to $2 seconds, then KILL and wait again.
+kill_pids() {
+  local wait_s="$1" pid left deadline
+  shift
+  [[ $# -gt 0 ]] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  deadline=$((SECONDS + wait_s))
+  while :; do
+    left=()
+    for pid in "$@"; do
+      if pid_alive "$pid"; then left+=("$pid"); fi
+    done
+    [[ ${#left[@]} -gt 0 ]] || return 0
+    if ((SECONDS >= deadline)); then break; fi
+    sleep 0.1
+  done
+  kill -KILL "${left[@]}" 2>/dev/null || true
+  deadline=$((SECONDS + 5))
+  for pid in "${left[@]}"; do
+    while pid_alive "$pid"; do
+      ((SECONDS < deadline)) || die "process $pid survived SIGKILL"
+      sleep 0.1
+    done
+  done
+}
+
+bridge_create() {
+  need RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_GATEWAY_CIDR RLINFRA_SUBNET_CIDR
+  preflight
+  local br="$RLINFRA_BRIDGE" routed_dev
+  ((${#br} <= 15)) || die "bridge name '$br' is longer than 15 characters"
+
+  routed_dev="$(ip -o -4 route show exact "$RLINFRA_SUBNET_CIDR" table main | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | head -n 1)"
+  if [[ -n "$routed_dev" && "$routed_dev" != "$br" ]]; then
+    die "subnet $RLINFRA_SUBNET_CIDR is already routed through '$routed_dev'; pick another subnet_cidr"
+  fi
+
+  if ! link_exists "$br"; then
+    ip link add name "$br" type bridge forward_delay 0
+  fi
+  ip link set dev "$br" alias "rlinfra:$RLINFRA_CLUSTER"
+  ip addr replace "$RLINFRA_GATEWAY_CIDR" dev "$br"
+  ip link set dev "$br" up
+}
+
+bridge_destroy() {
+  need RLINFRA_BRIDGE
+  if link_exists "$RLINFRA_BRIDGE"; then
+    ip link delete dev "$RLINFRA_BRIDGE"
+  fi
+}
+
+write_if_changed() {
+  local path="$1" mode="$2" content="$3"
+  if [[ -f "$path" ]] && [[ "$(cat "$path")" == "$content" ]]; then
+    chmod "$mode" "$path"
+    return 1
+  fi
+  printf '%s\n' "$content" >"$path.new"
+  chmod "$mode" "$path.new"
+  mv -f "$path.new" "$path"
+}
+
+node_create() {
+  need RLINFRA_CLUSTER RLINFRA_NODE_NAME RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE RLINFRA_NODE_IP \
+    RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY
+  preflight
+  local name="$RLINFRA_NODE_NAME" ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
+  local ip_addr="$RLINFRA_NODE_IP" sshd pid config config_changed=0 wait_s="${RLINFRA_SSHD_WAIT_S:-20}"
+  local view="$VIEW_ROOT/$ns"
+  sshd="$(find_sshd)"
+  [[ "$dir" == /?* ]] || die "node $name: node folder '$dir' is not an absolute path"
+  ((${#veth} <= 15)) || die "node $name: link name '$veth' is longer than 15 characters"
+  link_exists "$RLINFRA_BRIDGE" || die "node $name: bridge '$RLINFRA_BRIDGE' does not exist"
+
+  # The node folder: its /opt, /tmp and sshd files.
+  mkdir -p "$dir/opt" "$dir/tmp"
+  chmod 1777 "$dir/tmp"
+  write_if_changed "$dir/$NODE_MARKER" 0644 \
+    "{\"managed_by\": \"rlinfra\", \"cluster\": \"$RLINFRA_CLUSTER\", \"node\": \"$name\", \"netns\": \"$ns\", \"ip\": \"$ip_addr\"}" || true
+
+  # The network: namespace, veth pair (eth0 inside, host side on the bridge), address, routes.
+  netns_exists "$ns" || ip netns add "$ns"
+  if ! { link_exists "$veth" && ip -n "$ns" link show dev eth0 >/dev/null 2>&1; }; then
+    if link_exists "$veth"; then ip link delete dev "$veth"; fi
+    if ip -n "$ns" link show dev eth0 >/dev/null 2>&1; then ip -n "$ns" link delete dev eth0; fi
+    ip link add name "$veth" type veth peer name eth0 netns "$ns"
+  fi
+  ip link set dev "$veth" master "$RLINFRA_BRIDGE"
+  ip link set dev "$veth" alias "rlinfra:$name"
+  ip link set dev "$veth" up
+  ip -n "$ns" link set dev lo up
+  ip -n "$ns" addr replace "$ip_addr/$RLINFRA_PREFIX_LEN" dev eth0
+  ip -n "$ns" link set dev eth0 up
+  ip -n "$ns" route replace default via "$RLINFRA_GATEWAY" dev eth0
+
+  # sshd: host key, authorized key, config.
+  if [[ ! -f "$dir/ssh_host_ed25519_key" ]]; then
+    rm -f "$dir/ssh_host_ed25519_key.pub"
+    ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
+  fi
+  write_if_changed "$dir/authorized_keys" 0600 "$RLINFRA_AUTHORIZED_KEY" || true
+  config="# Written by rlinfra for node $name; the next apply rewrites it.
+Port 22
+ListenAddress $ip_addr
+HostKey $view/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+AuthorizedKeysFile $view/authorized_keys
+PidFile $view/sshd.pid
+PrintMotd no
+X11Forwarding no
+Subsystem sftp internal-sftp"
+  write_if_changed "$dir/sshd_config" 0644 "$config" && config_changed=1
+  mkdir -p /run/sshd /opt "$view"
+  in_node "$ns" "$dir" "$view" "$sshd" -t -f "$view/sshd_config" || die "node $name: sshd rejects $dir/sshd_config"
+
+  # sshd inside the namespace, with the node's /opt and /tmp bound over the host's.
+  if pid="$(node_sshd_pid "$dir" "$view")" && [[ "$(ip netns identify "$pid" 2>/dev/null)" == "$ns" ]]; then
+    if ((config_changed)); then
+      kill_pids 10 "$pid"
+      pid=""
+    fi
+  else
+    pid=""
+  fi
+  if [[ -z "$pid" ]]; then
+    : >"$dir/sshd.log"
+    setsid ip netns exec "$ns" unshare --mount --propagation private \
+      sh -c 'mount --bind "$1" "$2" && mount --bind "$2/opt" /opt && mount --bind "$2/tmp" /tmp &&
+        exec "$3" -D -f "$2/sshd_config" -E "$2/sshd.log"' \
+      sh "$dir" "$view" "$sshd" </dev/null >/dev/null 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/sshd.pid"
+  fi
+
+  # Bounded wait until port 22 answers, probed from the host side of the bridge.
+  local deadline=$((SECONDS + wait_s))
+  until timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/22"' sh "$ip_addr" 2>/dev/null; do
+    if ! pid_alive "$pid"; then
+      die "node $name: sshd (pid $pid) exited before port 22 opened; see $dir/sshd.log: $(tail -n 3 "$dir/sshd.log" 2>/dev/null | tr '\n' ' ')"
+    fi
+    if ((SECONDS >= deadline)); then
+      die "node $name: port 22 on $ip_addr did not open within ${wait_s}s; see $dir/sshd.log"
+    fi
+    sleep 0.2
+  done
+}
+
+node_destroy() {
+  need RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR
+  local ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
+  local wait_s="${RLINFRA_KILL_WAIT_S:-10}" pids=() pid view="$VIEW_ROOT/$RLINFRA_NETNS"
+  [[ "$dir" == /?* ]] || die "node folder '$dir' is not an absolute path"
+
+  # Every process in the namespace, and the recorded sshd in case the namespace name is gone.
+  if netns_exists "$ns"; then
+    while read -r pid; do
+      [[ -n "$pid" ]] && pids+=("$pid")
+    done < <(ip netns pids "$ns" 2>/dev/null || true)
+  fi
+  if pid="$(node_sshd_pid "$dir" "$view")"; then pids+=("$pid"); fi
+  if [[ ${#pids[@]} -gt 0 ]]; then
+    kill_pids "$wait_s" $(printf '%s\n' "${pids[@]}" | sort -un)
+  fi
+
+  if netns_exists "$ns"; then ip netns delete "$ns"; fi
+  if link_exists "$veth"; then ip link delete dev "$veth"; fi
+
+  # The bind mounts lived in the node's own mount namespace; nothing may remain in the host's.
+  local mounts mnt place
+  for place in "$view" "$dir"; do
+    mounts="$(mounts_under "$place")"
+    if [[ -n "$mounts" ]]; then
+      while read -r mnt; do umount -l -- "$mnt" || true; done <<<"$mounts"
+      [[ -z "$(mounts_under "$place")" ]] || die "mounts under $place remain after destroy (see /proc/mounts)"
+    fi
+  done
+  if [[ -d "$view" ]]; then rmdir -- "$view"; fi
+  rmdir -- "$VIEW_ROOT" 2>/dev/null || true
+
+  if [[ -d "$dir" ]]; then
+    if [[ -f "$dir/$NODE_MARKER" ]]; then
+      rm -rf -- "$dir"
+    elif ! rmdir -- "$dir" 2>/dev/null; then
+      warn "left $dir in place: it has files but no $NODE_MARKER, so rlinfra did not make it"
+    fi
+  fi
+}
+
+case "${1:-}" in
+  preflight) preflight ;;
+  bridge-create) bridge_create ;;
+  bridge-destroy) bridge_destroy ;;
+  node-create) node_create ;;
+  node-destroy) node_destroy ;;
+  *)
+    echo "usage: $0 {preflight|bridge-create|bridge-destroy|node-create|node-destroy} (inputs in RLINFRA_* variables)" >&2
+    exit 2
+    ;;
+esac
