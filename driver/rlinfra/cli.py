@@ -59,8 +59,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for CI and au
 ClusterArg = Annotated[str, typer.Argument(help="Cluster name (see `rlinfra status`).")]
 
 
-def _request(profile: str | None, cluster: str | None, num_nodes: int | None,
-             env: list[str] | None, secret: list[str] | None, accelerators: str | None) -> Any:
+def _request(
+    profile: str | None,
+    cluster: str | None,
+    num_nodes: int | None,
+    env: list[str] | None,
+    secret: list[str] | None,
+    accelerators: str | None,
+) -> Any:
     from rlinfra.deploy import deployment_dir, read_record
     from rlinfra.pipeline import Request
     from rlinfra.profile import Overrides, check_cluster_name, parse_env_pairs, parse_secret_flags
@@ -103,14 +109,20 @@ def profiles(json_out: JsonOpt = False) -> None:
     """List the profiles rlinfra knows (built-in and on $RLINFRA_PROFILE_PATH)."""
     from rlinfra.profile import known_profiles, load_profile
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, path in known_profiles().items():
         try:
             profile, _ = load_profile(str(path))
-            rows.append({"name": name, "path": str(path), "cloud": profile.cloud,
-                         "nodes": profile.resources.num_nodes,
-                         "accelerators": profile.resources.accelerators or [],
-                         "description": profile.description})
+            rows.append(
+                {
+                    "name": name,
+                    "path": str(path),
+                    "cloud": profile.cloud,
+                    "nodes": profile.resources.num_nodes,
+                    "accelerators": profile.resources.accelerators or [],
+                    "description": profile.description,
+                }
+            )
         except RlinfraError as exc:
             rows.append({"name": name, "path": str(path), "error": exc.message})
     if json_out:
@@ -121,14 +133,20 @@ def profiles(json_out: JsonOpt = False) -> None:
             ui.out.print(f"{row['name']:<16} invalid: {row['error']}")
         else:
             acc = ",".join(row["accelerators"]) or "cpu"
-            ui.out.print(f"{row['name']:<16} {row['cloud']:<6} {row['nodes']} x {acc:<28} "
-                         f"{row['description']}")
+            ui.out.print(
+                f"{row['name']:<16} {row['cloud']:<6} {row['nodes']} x {acc:<28} "
+                f"{row['description']}"
+            )
 
 
 @app.command()
 def validate(
-    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
-    env: EnvOpt = None, secret: SecretOpt = None, accelerators: AccOpt = None,
+    profile: ProfileOpt = None,
+    cluster: ClusterOpt = None,
+    num_nodes: NodesOpt = None,
+    env: EnvOpt = None,
+    secret: SecretOpt = None,
+    accelerators: AccOpt = None,
 ) -> None:
     """Check a profile (and overrides) without touching anything."""
     from rlinfra.pipeline import prepare, report_overrides
@@ -141,8 +159,11 @@ def validate(
 @app.command()
 def render(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the files into.")],
-    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
-    env: EnvOpt = None, accelerators: AccOpt = None,
+    profile: ProfileOpt = None,
+    cluster: ClusterOpt = None,
+    num_nodes: NodesOpt = None,
+    env: EnvOpt = None,
+    accelerators: AccOpt = None,
 ) -> None:
     """Write the Terraform roots and Ansible files of a deployment into a folder, for review."""
     from rlinfra.pipeline import prepare, render_to, report_overrides
@@ -155,13 +176,19 @@ def render(
 
 @app.command()
 def plan(
-    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
-    env: EnvOpt = None, accelerators: AccOpt = None, json_out: JsonOpt = False,
+    profile: ProfileOpt = None,
+    cluster: ClusterOpt = None,
+    num_nodes: NodesOpt = None,
+    env: EnvOpt = None,
+    accelerators: AccOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Show what `up` would build, without building anything."""
     from rlinfra.pipeline import prepare, report_overrides
 
-    the_plan, _ = prepare(_request(profile, cluster, num_nodes, env, None, accelerators), os.environ)
+    the_plan, _ = prepare(
+        _request(profile, cluster, num_nodes, env, None, accelerators), os.environ
+    )
     summary = {
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
@@ -179,7 +206,9 @@ def plan(
         _print_json(summary)
         return
     report_overrides(the_plan)
-    ui.out.print(f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})")
+    ui.out.print(
+        f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})"
+    )
     for node in the_plan.nodes:
         ui.out.print(f"  + node {node.name} ({node.role}, {summary['accelerator'] or 'cpu'})")
     for bucket in the_plan.storage_buckets:
@@ -191,8 +220,12 @@ def plan(
 
 @app.command()
 def up(
-    profile: ProfileOpt = None, cluster: ClusterOpt = None, num_nodes: NodesOpt = None,
-    env: EnvOpt = None, secret: SecretOpt = None, accelerators: AccOpt = None,
+    profile: ProfileOpt = None,
+    cluster: ClusterOpt = None,
+    num_nodes: NodesOpt = None,
+    env: EnvOpt = None,
+    secret: SecretOpt = None,
+    accelerators: AccOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before creating.")] = False,
     no_check: Annotated[
         bool, typer.Option("--no-check", help="Skip the acceptance check at the end.")
@@ -202,7 +235,8 @@ def up(
     ] = False,
 ) -> None:
     """Create the cluster (or converge it), configure every node, form Ray, run the check."""
-    from rlinfra.pipeline import prepare, up as run_up
+    from rlinfra.pipeline import prepare
+    from rlinfra.pipeline import up as run_up
 
     the_plan, secrets = prepare(
         _request(profile, cluster, num_nodes, env, secret, accelerators), os.environ
@@ -210,9 +244,15 @@ def up(
     if the_plan.cloud != "local" and not yes:
         ui.out.print(f"This creates {the_plan.num_nodes} node(s) on {the_plan.cloud}.")
         if not ui.confirm("Proceed?"):
-            raise UsageError("not confirmed; nothing was created", "Pass --yes to skip the question.")
-    result = run_up(the_plan, secrets, run_check=not no_check,
-                    stop_after="infrastructure" if infra_only else None)
+            raise UsageError(
+                "not confirmed; nothing was created", "Pass --yes to skip the question."
+            )
+    result = run_up(
+        the_plan,
+        secrets,
+        run_check=not no_check,
+        stop_after="infrastructure" if infra_only else None,
+    )
     ui.out.print(f"cluster {result.cluster} is up: {len(result.hosts)} node(s)")
     for host in result.hosts:
         role = "head" if host.rank == 0 else "worker"
@@ -235,7 +275,9 @@ def _print_check(result: dict[str, Any]) -> None:
 
 @app.command()
 def status(
-    cluster: Annotated[str | None, typer.Argument(help="Cluster (all clusters if omitted).")] = None,
+    cluster: Annotated[
+        str | None, typer.Argument(help="Cluster (all clusters if omitted).")
+    ] = None,
     endpoint: Annotated[
         int | None, typer.Option("--endpoint", help="Print a URL for this port on the head node.")
     ] = None,
@@ -243,7 +285,8 @@ def status(
 ) -> None:
     """Show clusters, their nodes and Ray's state; --endpoint PORT gives a reachable URL."""
     from rlinfra.deploy import known_clusters
-    from rlinfra.pipeline import endpoint as get_endpoint, status as get_status
+    from rlinfra.pipeline import endpoint as get_endpoint
+    from rlinfra.pipeline import status as get_status
 
     if cluster is None:
         rows = [get_status(name, live=False) for name in known_clusters()]
@@ -253,8 +296,10 @@ def status(
         if not rows:
             ui.out.print("no clusters")
         for row in rows:
-            ui.out.print(f"{row['cluster']:<20} {row['cloud']:<6} {row['stage']:<14} "
-                         f"{len(row['nodes'])} node(s)")
+            ui.out.print(
+                f"{row['cluster']:<20} {row['cloud']:<6} {row['stage']:<14} "
+                f"{len(row['nodes'])} node(s)"
+            )
         return
     if endpoint is not None:
         if not 1 <= endpoint <= 65535:
@@ -269,8 +314,10 @@ def status(
     if json_out:
         _print_json(state)
         return
-    ui.out.print(f"cluster {state['cluster']} ({state['cloud']}, profile {state['profile']}): "
-                 f"{state['stage']}")
+    ui.out.print(
+        f"cluster {state['cluster']} ({state['cloud']}, profile {state['profile']}): "
+        f"{state['stage']}"
+    )
     if state.get("error"):
         ui.out.print(f"  last error: {state['error']}")
     for node in state["nodes"]:
@@ -357,7 +404,8 @@ def down(
     ] = False,
 ) -> None:
     """Destroy a cluster's nodes. Buckets are kept unless --delete-buckets."""
-    from rlinfra.pipeline import down as run_down, plan_down
+    from rlinfra.pipeline import down as run_down
+    from rlinfra.pipeline import plan_down
 
     todo = plan_down(cluster, delete_buckets)
     for line in todo.describe():
@@ -365,8 +413,10 @@ def down(
     if not yes and not ui.confirm("Destroy these?"):
         raise UsageError("not confirmed; nothing was destroyed", "Pass --yes to skip the question.")
     run_down(todo)
-    ui.out.print(f"cluster {cluster} is down" + ("" if delete_buckets or not todo.buckets
-                                                else " (buckets kept)"))
+    ui.out.print(
+        f"cluster {cluster} is down"
+        + ("" if delete_buckets or not todo.buckets else " (buckets kept)")
+    )
 
 
 def main() -> None:
@@ -376,16 +426,17 @@ def main() -> None:
     except RlinfraError as exc:
         if os.environ.get("RLINFRA_DEBUG"):
             traceback.print_exc()
-        ui.err.print(f"Error: {exc.message}", style="red")
+        line = f"Error: {exc.message}"
         if exc.hint:
-            ui.err.print(f"  {exc.hint}")
+            line = f"{line.rstrip('.')}. {exc.hint}"
+        ui.err.print(line, style="red", soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         ui.err.print("interrupted; state is saved, re-run the same command to converge")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+    except Exception as exc:
         import click
 
         if isinstance(exc, click.exceptions.Abort):

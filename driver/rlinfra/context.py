@@ -11,6 +11,14 @@ def rlinfra_home() -> Path:
     return Path(os.environ.get("RLINFRA_HOME") or Path.home() / ".rlinfra").resolve()
 
 
+def rlinfra_cache(home: Path | None = None) -> Path:
+    """Downloads shared by every cluster (wheelhouses, uv's cache): $RLINFRA_CACHE or HOME/cache."""
+    configured = os.environ.get("RLINFRA_CACHE")
+    if configured:
+        return Path(configured).resolve()
+    return (home or rlinfra_home()) / "cache"
+
+
 @dataclass(frozen=True)
 class Controller:
     """The machine running rlinfra: tools it hands to nodes."""
@@ -24,6 +32,7 @@ class Controller:
 class Context:
     deployment_dir: Path
     home: Path
+    cache: Path
     ssh_public_key: str
     task_id: str
     controller: Controller

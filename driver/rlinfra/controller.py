@@ -39,12 +39,12 @@ def system_python() -> str:
     raise UsageError(f"no system Python found in {base}")
 
 
-def wheelhouse_dir(home: Path, pins: PinSet) -> Path:
+def wheelhouse_dir(cache: Path, pins: PinSet) -> Path:
     digest = hashlib.sha256("\n".join(pins.packages).encode()).hexdigest()[:12]
-    return home / "wheelhouse" / f"{pins.name}-{digest}"
+    return cache / "wheelhouse" / f"{pins.name}-{digest}"
 
 
-def build_wheelhouse(home: Path, pins: PinSet, source: str) -> Path:
+def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
     """Download every wheel of a pin set once, for nodes that have no internet.
 
     ``source`` is 'auto' (download here with pip) or an existing folder of wheels.
@@ -54,13 +54,23 @@ def build_wheelhouse(home: Path, pins: PinSet, source: str) -> Path:
         if not folder.is_dir():
             raise UsageError(f"software.wheelhouse: {source} is not a folder")
         return folder.resolve()
-    folder = wheelhouse_dir(home, pins)
+    folder = wheelhouse_dir(cache, pins)
     marker = folder / ".complete"
     if marker.is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-            "--only-binary=:all:", "-d", str(folder), *pins.packages]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "-d",
+        str(folder),
+        *pins.packages,
+    ]
     if pins.index_url:
         argv += ["--index-url", pins.index_url]
     for url in pins.extra_index_urls:

@@ -20,8 +20,12 @@ from rlinfra.render import Host
 
 # Subtrees that rendering owns entirely: files in them that a new render does not produce are
 # removed, so a deployment folder never keeps a stale module or role file.
-MANAGED_PREFIXES = ("terraform/cluster/modules/", "terraform/storage/modules/", "ansible/roles/",
-                    "ansible/playbooks/")
+MANAGED_PREFIXES = (
+    "terraform/cluster/modules/",
+    "terraform/storage/modules/",
+    "ansible/roles/",
+    "ansible/playbooks/",
+)
 
 
 def clusters_dir(home: Path | None = None) -> Path:
@@ -49,7 +53,7 @@ def write_files(root: Path, files: dict[str, str]) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
-        mode = 0o755 if rel.endswith(".sh") or "/files/" in rel and rel.endswith(".py") else 0o644
+        mode = 0o755 if rel.endswith(".sh") or ("/files/" in rel and rel.endswith(".py")) else 0o644
         tmp.chmod(mode)
         tmp.replace(path)
         changed.append(rel)
@@ -77,12 +81,26 @@ def ensure_ssh_key(folder: Path) -> str:
             path.unlink(missing_ok=True)
         try:
             subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"rlinfra-{folder.name}",
-                 "-f", str(key)],
-                check=True, capture_output=True, text=True,
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"rlinfra-{folder.name}",
+                    "-f",
+                    str(key),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             )
         except FileNotFoundError:
-            raise UsageError("ssh-keygen not found", "Install OpenSSH (Debian: openssh-client).") from None
+            raise UsageError(
+                "ssh-keygen not found", "Install OpenSSH (Debian: openssh-client)."
+            ) from None
         except subprocess.CalledProcessError as exc:
             raise OperationError(f"ssh-keygen failed: {exc.stderr.strip()}") from None
     key.chmod(0o600)

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlinfra import __version__, ui
 from rlinfra.clouds import cloud_module
-from rlinfra.context import Context, Controller, rlinfra_home
+from rlinfra.context import Context, Controller, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import (
     cluster_lock,
     deployment_dir,
@@ -79,22 +79,30 @@ def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
     from rlinfra.controller import build_wheelhouse, system_python, uv_binary, wheelhouse_dir
 
     wheelhouse: str | None = None
+    cache = rlinfra_cache(home)
     source = plan.profile.software.wheelhouse
     if source == "auto":
-        folder = build_wheelhouse(home, plan.pins, source) if build else wheelhouse_dir(home, plan.pins)
+        folder = (
+            build_wheelhouse(cache, plan.pins, source)
+            if build
+            else wheelhouse_dir(cache, plan.pins)
+        )
         wheelhouse = str(folder)
     elif source:
-        wheelhouse = str(build_wheelhouse(home, plan.pins, source))
+        wheelhouse = str(build_wheelhouse(cache, plan.pins, source))
     return Controller(uv_binary=uv_binary(), system_python=system_python(), wheelhouse=wheelhouse)
 
 
-def make_context(plan: Plan, folder: Path, home: Path, build: bool) -> Context:
+def make_context(
+    plan: Plan, folder: Path, home: Path, build: bool, task_id: str | None = None
+) -> Context:
     record = read_record(folder) or {}
     return Context(
         deployment_dir=folder,
         home=home,
+        cache=rlinfra_cache(home),
         ssh_public_key=ensure_ssh_key(folder),
-        task_id=record.get("task_id") or new_task_id(plan.cluster),
+        task_id=record.get("task_id") or task_id or new_task_id(plan.cluster),
         controller=controller_facts(plan, home, build),
     )
 
@@ -102,7 +110,8 @@ def make_context(plan: Plan, folder: Path, home: Path, build: bool) -> Context:
 def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
     """`rlinfra render`: write the deployment folder's rendered files into ``out``."""
     home = home or rlinfra_home()
-    ctx = make_context(plan, out.resolve(), home, build=False)
+    # A review render has no run yet: the run id is assigned by the first `up`.
+    ctx = make_context(plan, out.resolve(), home, build=False, task_id=f"{plan.cluster}-unassigned")
     return write_files(out, render(plan, ctx))
 
 
@@ -136,8 +145,9 @@ class UpResult:
     check: dict[str, Any] | None
 
 
-def up(plan: Plan, secrets: dict[str, str], run_check: bool = True,
-       stop_after: str | None = None) -> UpResult:
+def up(
+    plan: Plan, secrets: dict[str, str], run_check: bool = True, stop_after: str | None = None
+) -> UpResult:
     """Create or converge a cluster. Safe to re-run after any failure or interrupt."""
     from rlinfra.runners.terraform import terraform_binary, terraform_version
 
@@ -162,13 +172,19 @@ def up(plan: Plan, secrets: dict[str, str], run_check: bool = True,
         write_files(folder, files)
         record = read_record(folder) or {}
         record.update(
-            cluster=plan.cluster, cloud=plan.cloud, profile=plan.profile.name,
-            source=plan.source, task_id=ctx.task_id, subnet=plan.subnet,
-            buckets=plan.storage_buckets, num_nodes=plan.num_nodes,
+            cluster=plan.cluster,
+            cloud=plan.cloud,
+            profile=plan.profile.name,
+            source=plan.source,
+            task_id=ctx.task_id,
+            subnet=plan.subnet,
+            buckets=plan.storage_buckets,
+            num_nodes=plan.num_nodes,
             gpus_per_node=plan.gpus_per_node,
             ray=plan.profile.network.ray.model_dump(),
             versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
-            stage="rendered", error=None,
+            stage="rendered",
+            error=None,
         )
         write_record(folder, record)
         try:
@@ -186,7 +202,9 @@ def up(plan: Plan, secrets: dict[str, str], run_check: bool = True,
             from rlinfra.runners.ansible import run_playbook
 
             result = run_playbook(
-                folder / "ansible", "site.yml", f"configure {len(hosts)} node(s) with Ansible",
+                folder / "ansible",
+                "site.yml",
+                f"configure {len(hosts)} node(s) with Ansible",
                 extravars={"acceptance_enabled": run_check and plan.profile.check.enabled},
             )
             ui.info(f"ansible: changed={result.total_changed} on {len(hosts)} node(s)")
@@ -229,7 +247,9 @@ def check(cluster: str) -> dict[str, Any]:
 
 def _require_ready(cluster: str, record: dict[str, Any]) -> None:
     if record.get("stage") == "down" or not record.get("hosts"):
-        raise UsageError(f"cluster {cluster!r} is down", f"Bring it up: rlinfra up --cluster {cluster}")
+        raise UsageError(
+            f"cluster {cluster!r} is down", f"Bring it up: rlinfra up --cluster {cluster}"
+        )
 
 
 # ---------------------------------------------------------------- down
@@ -254,8 +274,13 @@ class DownPlan:
 
 def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
     folder, record = require_cluster(cluster)
-    return DownPlan(cluster, folder, hosts_from_record(record), list(record.get("buckets") or []),
-                    delete_buckets)
+    return DownPlan(
+        cluster,
+        folder,
+        hosts_from_record(record),
+        list(record.get("buckets") or []),
+        delete_buckets,
+    )
 
 
 def down(todo: DownPlan) -> None:
@@ -304,8 +329,13 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         "error": record.get("error"),
         "task_id": record.get("task_id"),
         "nodes": [
-            {"name": h.name, "rank": h.rank, "role": "head" if h.rank == 0 else "worker",
-             "ssh_host": h.ssh_host, "private_ip": h.private_ip}
+            {
+                "name": h.name,
+                "rank": h.rank,
+                "role": "head" if h.rank == 0 else "worker",
+                "ssh_host": h.ssh_host,
+                "private_ip": h.private_ip,
+            }
             for h in hosts
         ],
         "buckets": record.get("buckets") or [],
@@ -313,7 +343,9 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         "ray": None,
     }
     if live and hosts and record.get("stage") in {"ready", "failed", "interrupted"}:
-        out["ray"] = ray_state(folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265)))
+        out["ray"] = ray_state(
+            folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265))
+        )
     return out
 
 
@@ -332,8 +364,9 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
     script = RAY_NODES_SCRIPT.format(port=dashboard_port)
     head = hosts[0]
     try:
-        result = ssh.run(folder, head, f"/opt/rlinfra/venv/bin/python -c \"{script}\"",
-                         capture=True, timeout=30)
+        result = ssh.run(
+            folder, head, f'/opt/rlinfra/venv/bin/python -c "{script}"', capture=True, timeout=30
+        )
     except subprocess.TimeoutExpired:
         return {"reachable": False, "error": "timed out asking the head node"}
     if result.returncode != 0:
@@ -341,8 +374,12 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
     nodes = json.loads(result.stdout.strip().splitlines()[-1])
     alive = sorted(n["ip"] for n in nodes if n["state"] == "ALIVE")
     missing = [h.name for h in hosts if h.private_ip not in alive]
-    return {"reachable": True, "alive_nodes": len(alive), "alive_ips": alive,
-            "missing_nodes": missing}
+    return {
+        "reachable": True,
+        "alive_nodes": len(alive),
+        "alive_ips": alive,
+        "missing_nodes": missing,
+    }
 
 
 # ---------------------------------------------------------------- endpoints and tunnels
@@ -367,13 +404,29 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if _alive(meta["pid"]) and ssh.port_open("127.0.0.1", meta["local_port"]):
-            return {"url": f"http://127.0.0.1:{meta['local_port']}", "via": "ssh-tunnel",
-                    "port": port, "pid": meta["pid"]}
+            return {
+                "url": f"http://127.0.0.1:{meta['local_port']}",
+                "via": "ssh-tunnel",
+                "port": port,
+                "pid": meta["pid"],
+            }
     local = ssh.free_local_port()
-    argv = ssh.ssh_argv(folder, head, "-N", "-o", "ExitOnForwardFailure=yes",
-                        "-L", f"127.0.0.1:{local}:127.0.0.1:{port}")
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    argv = ssh.ssh_argv(
+        folder,
+        head,
+        "-N",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-L",
+        f"127.0.0.1:{local}:127.0.0.1:{port}",
+    )
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -81,7 +81,7 @@ def resolve_secrets(
     for name, requirement in profile.secrets.items():
         if name in flags and flags[name] is not None:
             values[name] = str(flags[name])
-        elif name in environ and environ[name]:
+        elif environ.get(name):
             values[name] = environ[name]
         elif requirement == "required":
             raise UsageError(

@@ -109,8 +109,12 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
         prefix = f"terraform/{root}"
         files.update(_tree(asset_dir("terraform") / "roots" / plan.cloud / root, prefix))
         for module in modules:
-            files.update(_tree(asset_dir("terraform") / "modules" / module, f"{prefix}/modules/{module}"))
-        files[f"{prefix}/terraform.tfvars.json"] = json.dumps(tfvars[root], indent=2, sort_keys=True) + "\n"
+            files.update(
+                _tree(asset_dir("terraform") / "modules" / module, f"{prefix}/modules/{module}")
+            )
+        files[f"{prefix}/terraform.tfvars.json"] = (
+            json.dumps(tfvars[root], indent=2, sort_keys=True) + "\n"
+        )
 
     ansible_root = asset_dir("ansible")
     for item in ANSIBLE_TREE:

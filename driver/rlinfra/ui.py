@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 from rich.console import Console
-from rich.markup import escape
 
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 out = Console(highlight=False, soft_wrap=True, markup=False)
@@ -38,7 +37,7 @@ class Step:
     def update(self, detail: str) -> None:
         status = self._status
         if status is not None:
-            detail = escape(detail.strip())
+            detail = detail.strip()
             if len(detail) > 100:
                 detail = detail[:97] + "..."
             status.update(f"{self.title}: {detail}")  # type: ignore[attr-defined]
@@ -53,7 +52,7 @@ def step(title: str) -> Iterator[Step]:
         err.print(f"… {title}")
     try:
         if live:
-            with err.status(escape(title)) as status:
+            with err.status(title) as status:
                 handle._status = status
                 yield handle
         else:

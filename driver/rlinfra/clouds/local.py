@@ -47,7 +47,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     return {
         "base_manage_limits": False,
         "python_env_python": ctx.controller.system_python if python == "system" else python,
-        "python_env_cache_dir": str(ctx.home / "cache" / "uv"),
+        "python_env_cache_dir": str(ctx.cache / "uv"),
     }
 
 

@@ -15,12 +15,18 @@ NODE_ENV = "/opt/rlinfra/node.env"
 def ssh_argv(folder: Path, host: Host, *extra: str, tty: bool = False) -> list[str]:
     argv = [
         "ssh",
-        "-i", str(folder / "ssh" / "id_ed25519"),
-        "-o", "StrictHostKeyChecking=no",
-        "-o", f"UserKnownHostsFile={folder / 'ssh' / 'known_hosts'}",
-        "-o", "IdentitiesOnly=yes",
-        "-o", "ConnectTimeout=10",
-        "-o", "LogLevel=ERROR",
+        "-i",
+        str(folder / "ssh" / "id_ed25519"),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        f"UserKnownHostsFile={folder / 'ssh' / 'known_hosts'}",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "ConnectTimeout=10",
+        "-o",
+        "LogLevel=ERROR",
     ]
     if not tty:
         argv += ["-o", "BatchMode=yes"]
@@ -35,11 +41,15 @@ def remote_command(command: str) -> str:
     return "bash -c " + shlex.quote(script)
 
 
-def run(folder: Path, host: Host, command: str, capture: bool = False,
-        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    folder: Path, host: Host, command: str, capture: bool = False, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*ssh_argv(folder, host), remote_command(command)],
-        capture_output=capture, text=True, check=False, timeout=timeout,
+        capture_output=capture,
+        text=True,
+        check=False,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
 

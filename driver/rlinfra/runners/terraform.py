@@ -37,7 +37,10 @@ def terraform_binary() -> str:
 
 def terraform_version(binary: str) -> str:
     result = subprocess.run(
-        [binary, "version", "-json"], capture_output=True, text=True, check=False,
+        [binary, "version", "-json"],
+        capture_output=True,
+        text=True,
+        check=False,
         env=_env(None),
     )
     try:
@@ -74,8 +77,9 @@ class Terraform:
 
     # -- running
 
-    def _run(self, title: str, cmd: str, *args: str, ok_codes: tuple[int, ...] = (0,),
-             **options: Any) -> tuple[int, str]:
+    def _run(
+        self, title: str, cmd: str, *args: str, ok_codes: tuple[int, ...] = (0,), **options: Any
+    ) -> tuple[int, str]:
         argv: list[str] = self._tf.generate_cmd_string(cmd, *args, **options)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"terraform-{self.root.name}-{cmd.replace(' ', '-')}.log"
@@ -83,8 +87,13 @@ class Terraform:
         with ui.step(title) as progress, log_path.open("w") as log:
             log.write("$ " + " ".join(argv) + "\n")
             proc = subprocess.Popen(
-                argv, cwd=self.root, env=_env(self.cli_config), stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, bufsize=1,
+                argv,
+                cwd=self.root,
+                env=_env(self.cli_config),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
             )
             try:
                 assert proc.stdout is not None
@@ -109,26 +118,43 @@ class Terraform:
         return code, "".join(lines)
 
     def init(self) -> None:
-        self._run(f"terraform init ({self.root.name})", "init", no_color=_FLAG, input=False,
-                  upgrade=False)
+        self._run(
+            f"terraform init ({self.root.name})", "init", no_color=_FLAG, input=False, upgrade=False
+        )
 
     def plan(self, out_file: str = "tfplan", destroy: bool = False) -> bool:
         """Save a plan; returns True when it changes something."""
-        options: dict[str, Any] = {"no_color": _FLAG, "input": False, "out": out_file,
-                                   "detailed_exitcode": _FLAG}
+        options: dict[str, Any] = {
+            "no_color": _FLAG,
+            "input": False,
+            "out": out_file,
+            "detailed_exitcode": _FLAG,
+        }
         if destroy:
             options["destroy"] = _FLAG
-        code, _ = self._run(f"terraform plan ({self.root.name})", "plan", ok_codes=(0, 2),
-                            **options)
+        code, _ = self._run(
+            f"terraform plan ({self.root.name})", "plan", ok_codes=(0, 2), **options
+        )
         return code == 2
 
     def apply(self, plan_file: str = "tfplan") -> None:
-        self._run(f"terraform apply ({self.root.name})", "apply", plan_file, no_color=_FLAG,
-                  input=False, auto_approve=_FLAG)
+        self._run(
+            f"terraform apply ({self.root.name})",
+            "apply",
+            plan_file,
+            no_color=_FLAG,
+            input=False,
+            auto_approve=_FLAG,
+        )
 
     def destroy(self) -> None:
-        self._run(f"terraform destroy ({self.root.name})", "destroy", no_color=_FLAG,
-                  input=False, auto_approve=_FLAG)
+        self._run(
+            f"terraform destroy ({self.root.name})",
+            "destroy",
+            no_color=_FLAG,
+            input=False,
+            auto_approve=_FLAG,
+        )
 
     def show_json(self, plan_file: str = "tfplan") -> dict[str, Any]:
         code, text = self._quiet("show", "-json", plan_file)
@@ -155,8 +181,12 @@ class Terraform:
 
     def _quiet(self, *argv: str) -> tuple[int, str]:
         result = subprocess.run(
-            [self.binary, *argv], cwd=self.root, env=_env(self.cli_config),
-            capture_output=True, text=True, check=False,
+            [self.binary, *argv],
+            cwd=self.root,
+            env=_env(self.cli_config),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         return result.returncode, result.stdout if result.returncode == 0 else result.stderr
 
@@ -171,10 +201,12 @@ def _last_error(lines: list[str]) -> str:
                 for line in lines[index + 1 : index + 8]
                 if line.strip().lstrip("│╷╵ ").strip()
             ]
-            tail = next((d for d in detail if not d.startswith("on ") and not d.startswith("with ")), "")
+            tail = next(
+                (d for d in detail if not d.startswith("on ") and not d.startswith("with ")), ""
+            )
             return (text + (" " + tail if tail else ""))[:400]
-    tail = [line.strip() for line in lines if line.strip()]
-    return tail[-1][:400] if tail else "no output"
+    rest = [line.strip() for line in lines if line.strip()]
+    return rest[-1][:400] if rest else "no output"
 
 
 def _flag() -> Any:

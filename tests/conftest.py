@@ -1,0 +1,57 @@
+"""Shared fixtures: an isolated RLINFRA_HOME, and the CLI run in-process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "rlinfra-home"
+    monkeypatch.setenv("RLINFRA_HOME", str(folder))
+    monkeypatch.delenv("RLINFRA_PROFILE_PATH", raising=False)
+    monkeypatch.setenv("RLINFRA_QUIET", "1")
+    return folder
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    from rlinfra import cli as cli_module
+
+    def run(*argv: str) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["rlinfra", *argv])
+        capsys.readouterr()
+        try:
+            cli_module.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    yield run
+
+
+def files_under(folder: Path) -> list[str]:
+    if not folder.exists():
+        return []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
