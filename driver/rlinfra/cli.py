@@ -233,6 +233,7 @@ def up(
     infra_only: Annotated[
         bool, typer.Option("--infra-only", help="Stop after Terraform (no Ansible).")
     ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Create the cluster (or converge it), configure every node, form Ray, run the check."""
     from rlinfra.pipeline import prepare
@@ -253,6 +254,17 @@ def up(
         run_check=not no_check,
         stop_after="infrastructure" if infra_only else None,
     )
+    if json_out:
+        _print_json(
+            {
+                "cluster": result.cluster,
+                "nodes": [h.__dict__ for h in result.hosts],
+                "terraform_changed": result.terraform_changed,
+                "ansible_changed": result.ansible_changed,
+                "check": result.check,
+            }
+        )
+        return
     ui.out.print(f"cluster {result.cluster} is up: {len(result.hosts)} node(s)")
     for host in result.hosts:
         role = "head" if host.rank == 0 else "worker"

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,6 +202,8 @@ def terraform_env(tmp: Path) -> dict[str, str]:
         TF_IN_AUTOMATION="1",
         TF_INPUT="0",
         CHECKPOINT_DISABLE="1",
+        # host.sh node-destroy: seconds between SIGTERM and SIGKILL (10 unless set).
+        RLINFRA_KILL_WAIT_S="3",
     )
     return env
 
@@ -277,6 +280,7 @@ class LocalCluster:
             "RLINFRA_VETH": f"rlv{self.id}{rank}",
             "RLINFRA_BRIDGE": self.network["bridge"],
             "RLINFRA_NODE_IP": node["private_ip"],
+            "RLINFRA_NODE_MAC": ":".join(["02", *textwrap.wrap(self.id, 2), f"{10 + rank:02x}"]),
             "RLINFRA_PREFIX_LEN": "24",
             "RLINFRA_GATEWAY": self.network["gateway"],
             "RLINFRA_NODE_DIR": str(self.state_dir / node["name"]),
@@ -427,7 +431,7 @@ def test_cluster_nodes_have_their_own_opt_and_tmp(cluster: LocalCluster) -> None
 @needs_hosts
 def test_cluster_head_reaches_worker(cluster: LocalCluster) -> None:
     first, second = cluster.node_ips()
-    result = ssh(cluster.key, first, f"bash -c '</dev/tcp/{second}/22'")
+    result = ssh(cluster.key, first, f"timeout 10 bash -c '</dev/tcp/{second}/22'")
     assert result.returncode == 0, result.stderr
 
 
@@ -465,7 +469,8 @@ def test_cluster_node_create_converges(cluster: LocalCluster) -> None:
     assert int(pid_file.read_text()) != pid
     assert "dev eth0" in ssh_ok(cluster.key, ip, "ip route get 8.8.8.8")
     first = cluster.node_ips()[0]
-    assert ssh(cluster.key, first, f"bash -c '</dev/tcp/{ip}/22'").returncode == 0
+    reach = ssh(cluster.key, first, f"timeout 10 bash -c '</dev/tcp/{ip}/22'")
+    assert reach.returncode == 0, reach.stderr
 
 
 @needs_hosts
@@ -507,6 +512,26 @@ def test_cluster_destroy_leaves_nothing(make_local_cluster: Any) -> None:
         f"apply {applied - started:.1f}s (with init), destroy {done - destroying:.1f}s"
         " (with a process that ignores SIGTERM)"
     )
+
+
+@needs_hosts
+def test_cluster_node_count_change_touches_only_tail_nodes(make_local_cluster: Any) -> None:
+    cluster = make_local_cluster(1)
+    [head_pid] = cluster.sshd_pids()
+
+    cluster.node_count = 2
+    grown = cluster.apply()
+    assert "1 added, 0 changed, 0 destroyed" in grown.stdout
+    head, worker = cluster.node_ips()
+    assert ssh(cluster.key, head, f"timeout 10 bash -c '</dev/tcp/{worker}/22'").returncode == 0
+
+    cluster.node_count = 1
+    shrunk = cluster.apply()
+    assert "0 added, 0 changed, 1 destroyed" in shrunk.stdout
+    assert [n["name"] for n in cluster.inventory["nodes"]] == [f"{cluster.name}-0"]
+    assert cluster.leftovers()["netns"] == [f"rl-{cluster.id}-0"]
+    assert cluster.leftovers()["node_dirs"] == [f"{cluster.name}-0"]
+    assert cluster.sshd_pids() == [head_pid] and pid_alive(head_pid)
 
 
 @needs_terraform

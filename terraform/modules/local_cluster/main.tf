@@ -5,9 +5,12 @@
 
 locals {
   # Linux limits link names to 15 characters: "rlb-" + 8 hex for the bridge, "rlv" + 8 hex + rank
-  # for the host side of each veth pair.
+  # for the host side of each veth pair. MACs are fixed and locally administered: 02:<id>:01 for
+  # the bridge, 02:<id>:<10+rank> for each eth0, so a host made again keeps its MAC.
   id           = substr(sha1(var.cluster_name), 0, 8)
   bridge       = "rlb-${local.id}"
+  mac_prefix   = join(":", concat(["02"], regexall("..", local.id)))
+  bridge_mac   = "${local.mac_prefix}:01"
   prefix_len   = split("/", var.subnet_cidr)[1]
   gateway      = cidrhost(var.subnet_cidr, 1)
   gateway_cidr = "${local.gateway}/${local.prefix_len}"
@@ -19,6 +22,7 @@ locals {
       name  = "${var.cluster_name}-${rank}"
       rank  = rank
       ip    = cidrhost(var.subnet_cidr, 10 + rank)
+      mac   = format("%s:%02x", local.mac_prefix, 10 + rank)
       netns = "rl-${local.id}-${rank}"
       veth  = "rlv${local.id}${rank}"
       dir   = "${local.state_dir}/${var.cluster_name}-${rank}"
@@ -29,12 +33,14 @@ locals {
 resource "terraform_data" "bridge" {
   triggers_replace = {
     bridge       = local.bridge
+    bridge_mac   = local.bridge_mac
     gateway_cidr = local.gateway_cidr
   }
 
   input = {
     cluster      = var.cluster_name
     bridge       = local.bridge
+    bridge_mac   = local.bridge_mac
     gateway      = local.gateway
     gateway_cidr = local.gateway_cidr
     subnet_cidr  = var.subnet_cidr
@@ -47,6 +53,7 @@ resource "terraform_data" "bridge" {
     environment = {
       RLINFRA_CLUSTER      = self.input.cluster
       RLINFRA_BRIDGE       = self.input.bridge
+      RLINFRA_BRIDGE_MAC   = self.input.bridge_mac
       RLINFRA_GATEWAY_CIDR = self.input.gateway_cidr
       RLINFRA_SUBNET_CIDR  = self.input.subnet_cidr
     }
@@ -93,6 +100,7 @@ resource "terraform_data" "node" {
       RLINFRA_VETH           = self.input.veth
       RLINFRA_BRIDGE         = self.input.bridge
       RLINFRA_NODE_IP        = self.input.ip
+      RLINFRA_NODE_MAC       = self.input.mac
       RLINFRA_PREFIX_LEN     = self.input.prefix_len
       RLINFRA_GATEWAY        = self.input.gateway
       RLINFRA_NODE_DIR       = self.input.dir

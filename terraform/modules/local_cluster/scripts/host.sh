@@ -5,15 +5,18 @@
 # Usage: host.sh SUBCOMMAND, with its inputs in RLINFRA_* environment variables:
 #
 #   preflight        check root and the commands needed (no inputs)
-#   bridge-create    RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_GATEWAY_CIDR RLINFRA_SUBNET_CIDR
+#   bridge-create    RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_BRIDGE_MAC RLINFRA_GATEWAY_CIDR
+#                    RLINFRA_SUBNET_CIDR
 #   bridge-destroy   RLINFRA_BRIDGE
 #   node-create      RLINFRA_CLUSTER RLINFRA_NODE_NAME RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE
-#                    RLINFRA_NODE_IP RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR
-#                    RLINFRA_AUTHORIZED_KEY [RLINFRA_SSHD_WAIT_S, default 20]
+#                    RLINFRA_NODE_IP RLINFRA_NODE_MAC RLINFRA_PREFIX_LEN RLINFRA_GATEWAY
+#                    RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY [RLINFRA_SSHD_WAIT_S, default 20]
 #   node-destroy     RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR [RLINFRA_KILL_WAIT_S, default 10]
 #
 # Every create converges when run again on what exists; every destroy succeeds on what is gone.
-# Traffic stays on the bridge: no NAT and no forwarding are set up.
+# Traffic stays on the bridge: no NAT and no forwarding are set up. The bridge and each eth0 get
+# fixed MAC addresses, so a host made again keeps its address and its neighbours' ARP caches stay
+# right (a bridge otherwise takes the lowest MAC of its ports, which changes as nodes come and go).
 #
 # Inside a node's mount namespace the node folder is bound at /run/rlinfra/<netns> before its opt/
 # and tmp/ are bound over /opt and /tmp, so sshd finds its files even when the node folder itself
@@ -62,6 +65,13 @@ preflight() {
 
 link_exists() {
   ip link show dev "$1" >/dev/null 2>&1
+}
+
+# Delete a link if it exists; one that vanishes meanwhile (a veth whose peer went) is fine too.
+delete_link() {
+  if link_exists "$1"; then
+    ip link delete dev "$1" 2>/dev/null || ! link_exists "$1" || die "could not delete link '$1'"
+  fi
 }
 
 netns_exists() {
@@ -126,7 +136,7 @@ kill_pids() {
 }
 
 bridge_create() {
-  need RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_GATEWAY_CIDR RLINFRA_SUBNET_CIDR
+  need RLINFRA_CLUSTER RLINFRA_BRIDGE RLINFRA_BRIDGE_MAC RLINFRA_GATEWAY_CIDR RLINFRA_SUBNET_CIDR
   preflight
   local br="$RLINFRA_BRIDGE" routed_dev
   ((${#br} <= 15)) || die "bridge name '$br' is longer than 15 characters"
@@ -139,6 +149,7 @@ bridge_create() {
   if ! link_exists "$br"; then
     ip link add name "$br" type bridge forward_delay 0
   fi
+  ip link set dev "$br" address "$RLINFRA_BRIDGE_MAC"
   ip link set dev "$br" alias "rlinfra:$RLINFRA_CLUSTER"
   ip addr replace "$RLINFRA_GATEWAY_CIDR" dev "$br"
   ip link set dev "$br" up
@@ -146,9 +157,7 @@ bridge_create() {
 
 bridge_destroy() {
   need RLINFRA_BRIDGE
-  if link_exists "$RLINFRA_BRIDGE"; then
-    ip link delete dev "$RLINFRA_BRIDGE"
-  fi
+  delete_link "$RLINFRA_BRIDGE"
 }
 
 write_if_changed() {
@@ -164,7 +173,7 @@ write_if_changed() {
 
 node_create() {
   need RLINFRA_CLUSTER RLINFRA_NODE_NAME RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE RLINFRA_NODE_IP \
-    RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY
+    RLINFRA_NODE_MAC RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY
   preflight
   local name="$RLINFRA_NODE_NAME" ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
   local ip_addr="$RLINFRA_NODE_IP" sshd pid config config_changed=0 wait_s="${RLINFRA_SSHD_WAIT_S:-20}"
@@ -191,6 +200,7 @@ node_create() {
   ip link set dev "$veth" alias "rlinfra:$name"
   ip link set dev "$veth" up
   ip -n "$ns" link set dev lo up
+  ip -n "$ns" link set dev eth0 address "$RLINFRA_NODE_MAC"
   ip -n "$ns" addr replace "$ip_addr/$RLINFRA_PREFIX_LEN" dev eth0
   ip -n "$ns" link set dev eth0 up
   ip -n "$ns" route replace default via "$RLINFRA_GATEWAY" dev eth0
@@ -201,7 +211,7 @@ node_create() {
     ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
   fi
   write_if_changed "$dir/authorized_keys" 0600 "$RLINFRA_AUTHORIZED_KEY" || true
-  config="# Written by rlinfra for node $name; the next apply rewrites it.
+  config="# Written by rlinfra (host.sh node-create) for node $name; edits here are overwritten.
 Port 22
 ListenAddress $ip_addr
 HostKey $view/ssh_host_ed25519_key
@@ -269,8 +279,10 @@ node_destroy() {
     kill_pids "$wait_s" $(printf '%s\n' "${pids[@]}" | sort -un)
   fi
 
+  # Deleting the host side of the veth pair takes eth0 with it at once; a namespace's own links
+  # would otherwise go later, when the kernel frees the namespace.
+  delete_link "$veth"
   if netns_exists "$ns"; then ip netns delete "$ns"; fi
-  if link_exists "$veth"; then ip link delete dev "$veth"; fi
 
   # The bind mounts lived in the node's own mount namespace; nothing may remain in the host's.
   local mounts mnt place
@@ -282,7 +294,6 @@ node_destroy() {
     fi
   done
   if [[ -d "$view" ]]; then rmdir -- "$view"; fi
-  rmdir -- "$VIEW_ROOT" 2>/dev/null || true
 
   if [[ -d "$dir" ]]; then
     if [[ -f "$dir/$NODE_MARKER" ]]; then
