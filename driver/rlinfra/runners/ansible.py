@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,18 +75,33 @@ def run_playbook(
                 failures.append(f"{host}: task '{data.get('task', '?')}': {message}")
             return True
 
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            project_dir=str(ansible_dir),
-            playbook=f"playbooks/{playbook}",
-            inventory=str(inventory),
-            cmdline=cmdline,
-            envvars=envvars,
-            limit=limit,
-            quiet=True,
-            event_handler=on_event,
-            rotate_artifacts=5,
-        )
+        interrupted = threading.Event()
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(number: int, frame: object) -> None:
+            interrupted.set()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(private),
+                project_dir=str(ansible_dir),
+                playbook=f"playbooks/{playbook}",
+                inventory=str(inventory),
+                cmdline=cmdline,
+                envvars=envvars,
+                limit=limit,
+                quiet=True,
+                event_handler=on_event,
+                cancel_callback=interrupted.is_set,
+                rotate_artifacts=5,
+            )
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if interrupted.is_set() or runner.status == "canceled":
+            raise KeyboardInterrupt
     stats = runner.stats or {}
     result = PlaybookResult(
         status=runner.status,

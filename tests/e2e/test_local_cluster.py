@@ -1,0 +1,264 @@
+"""End to end on the local cloud: the real CLI, real Terraform, Ansible over SSH, Ray, gloo.
+
+One cluster of 2 hosts is brought up for the module (its first `up` is interrupted with Ctrl-C
+midway and re-run, which must converge), then each test drives the CLI against it, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+BIN = Path(sys.executable).parent
+RLINFRA = str(BIN / "rlinfra")
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for tool in ("terraform", "ssh", "ip", "unshare"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            return f"needs {tool}"
+    if not Path("/usr/sbin/sshd").exists():
+        return "needs sshd (openssh-server)"
+    return None
+
+
+if _missing():
+    pytest.skip(_missing() or "", allow_module_level=True)
+
+
+@dataclass
+class Cluster:
+    name: str
+    home: Path
+    env: dict[str, str]
+
+    @property
+    def folder(self) -> Path:
+        return self.home / "clusters" / self.name
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [RLINFRA, *argv], env=self.env, capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"rlinfra {' '.join(argv)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+    def json(self, *argv: str) -> dict[str, object]:
+        data: dict[str, object] = json.loads(self.run(*argv, "--json").stdout)
+        return data
+
+    def record(self) -> dict[str, object]:
+        data: dict[str, object] = json.loads((self.folder / "record.json").read_text())
+        return data
+
+
+def netns_id(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
+def leftovers(name: str) -> list[str]:
+    """Namespaces, links, sshd processes and mounts of a cluster still on the machine."""
+    ident = netns_id(name)
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if f"rl-{ident}-" in line]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
+              if f"rlv{ident}" in line or f"rlb-{ident}" in line]
+    mounts = Path("/proc/mounts").read_text()
+    found += [f"mount {line.split()[1]}" for line in mounts.splitlines() if f"/clusters/{name}/" in line
+              or f"rl-{ident}-" in line]
+    procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    found += [f"process {line.strip()}" for line in procs.splitlines()
+              if f"/clusters/{name}/" in line and "sshd" in line]
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    home = tmp_path_factory.mktemp("home")
+    env = dict(os.environ)
+    env.update(
+        RLINFRA_HOME=str(home),
+        RLINFRA_CACHE=os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"),
+        RLINFRA_QUIET="0",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.pop("TF_CLI_CONFIG_FILE", None)
+    handle = Cluster(name, home, env)
+    try:
+        yield handle
+    finally:
+        if (handle.folder / "record.json").is_file():
+            handle.run("down", name, "--yes", "--delete-buckets", check=False)
+        root = handle.folder / "terraform" / "cluster"
+        if root.is_dir() and leftovers(name):
+            subprocess.run(["terraform", "destroy", "-auto-approve", "-input=false"], cwd=root,
+                           env=env, capture_output=True)
+
+
+def test_up_interrupted_then_converges(cluster: Cluster) -> None:
+    """Ctrl-C while Ansible runs leaves a consistent record; the same command then converges."""
+    proc = subprocess.Popen(
+        [RLINFRA, "up", "--profile", "local", "--cluster", cluster.name, "--yes"],
+        env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        record = cluster.folder / "record.json"
+        if record.is_file() and json.loads(record.read_text()).get("stage") == "infrastructure":
+            break
+        time.sleep(0.2)
+    time.sleep(3)
+    assert proc.poll() is None, proc.communicate()[0]
+    os.killpg(proc.pid, signal.SIGINT)
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0, output
+    assert cluster.record()["stage"] == "interrupted", output
+    assert "re-run the same command" in output
+
+    result = cluster.json("up", "--profile", "local", "--cluster", cluster.name, "--yes")
+    assert len(result["nodes"]) == 2  # type: ignore[arg-type]
+    check = result["check"]
+    assert isinstance(check, dict)
+    assert check["world_size"] == 2
+    assert cluster.record()["stage"] == "ready"
+
+
+def test_status_shows_both_nodes_in_ray(cluster: Cluster) -> None:
+    state = cluster.json("status", cluster.name)
+    assert state["stage"] == "ready"
+    nodes = state["nodes"]
+    assert isinstance(nodes, list) and [n["role"] for n in nodes] == ["head", "worker"]
+    ray = state["ray"]
+    assert isinstance(ray, dict)
+    assert ray["reachable"] is True, ray
+    assert ray["alive_nodes"] == 2
+    assert ray["missing_nodes"] == []
+
+
+def test_check_all_reduce_across_hosts(cluster: Cluster) -> None:
+    result = cluster.json("check", cluster.name)
+    assert result["backend"] == "gloo"
+    assert result["world_size"] == 2
+    rows = result["results"]
+    assert isinstance(rows, list) and len(rows) == 3
+    assert all(row["busbw_gbps"] > 0 for row in rows)
+    nodes = result["nodes"]
+    assert isinstance(nodes, list)
+    ips = {n["ip"] for n in nodes}
+    assert len(ips) == 2
+    assert {n["interface"] for n in nodes} == {"eth0"}
+
+
+def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
+    state = cluster.json("status", cluster.name)
+    ips = [n["private_ip"] for n in state["nodes"]]  # type: ignore[union-attr, index]
+    for rank in (0, 1):
+        out = cluster.run(
+            "exec", cluster.name, "--node", str(rank), "--",
+            "env | grep -E '^(RLINFRA|SKYPILOT|NCCL|GLOO)_' | sort",
+        ).stdout
+        env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        assert env["RLINFRA_NODE_RANK"] == str(rank)
+        assert env["SKYPILOT_NODE_RANK"] == str(rank)
+        assert env["RLINFRA_NUM_NODES"] == "2"
+        assert env["RLINFRA_NUM_GPUS_PER_NODE"] == "0"
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert env["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert env["RLINFRA_TASK_ID"] == cluster.record()["task_id"]
+        node_ips = cluster.run(
+            "exec", cluster.name, "--node", str(rank), "--", 'printf "%s" "$RLINFRA_NODE_IPS"'
+        ).stdout
+        assert node_ips.splitlines() == ips
+        info = json.loads(
+            cluster.run("exec", cluster.name, "--node", str(rank), "--",
+                        'printf "%s" "$SKYPILOT_CLUSTER_INFO"').stdout
+        )
+        assert info["cluster"] == cluster.name and info["cloud"] == "local"
+    failing = cluster.run("exec", cluster.name, "--", "exit 7", check=False)
+    assert failing.returncode == 7
+
+
+def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Cluster) -> None:
+    argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--json"]
+    proc = subprocess.Popen(argv, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lock = cluster.folder / ".lock"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not lock.read_text().strip():
+        time.sleep(0.05)
+    second = cluster.run("up", "--cluster", cluster.name, "--yes", check=False)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert second.returncode == 1, second.stderr
+    assert f"cluster '{cluster.name}' is busy" in second.stderr
+    result = json.loads(out)
+    assert result["terraform_changed"] is False
+    assert result["ansible_changed"] == 0, err
+
+
+def test_dashboard_endpoint_through_ssh_tunnel(cluster: Cluster) -> None:
+    info = cluster.json("status", cluster.name, "--endpoint", "8265")
+    assert info["via"] == "ssh-tunnel"  # the dashboard listens on the head's loopback only
+    url = str(info["url"])
+    with urllib.request.urlopen(f"{url}/api/version", timeout=20) as response:
+        assert response.status == 200
+    again = cluster.json("status", cluster.name, "--endpoint", "8265")
+    assert again["url"] == url
+
+
+def test_ray_stopped_on_worker_is_healed_by_up(cluster: Cluster) -> None:
+    cluster.run("exec", cluster.name, "--node", "1", "--", "/opt/rlinfra/venv/bin/ray stop --force")
+    deadline = time.monotonic() + 90
+    ray: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        ray = cluster.json("status", cluster.name)["ray"]  # type: ignore[assignment]
+        if ray.get("alive_nodes") == 1:
+            break
+        time.sleep(3)
+    assert ray.get("missing_nodes") == [f"{cluster.name}-1"], ray
+    result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check")
+    assert result["terraform_changed"] is False
+    assert isinstance(result["ansible_changed"], int) and result["ansible_changed"] > 0
+    ray = cluster.json("status", cluster.name)["ray"]  # type: ignore[assignment]
+    assert ray["alive_nodes"] == 2 and ray["missing_nodes"] == []
+
+
+def test_down_leaves_nothing_but_the_bucket(cluster: Cluster) -> None:
+    bucket = cluster.home / "buckets" / "rlinfra-local-checkpoints"
+    assert bucket.is_dir()
+    refused = cluster.run("down", cluster.name, check=False)
+    assert refused.returncode == 2 and "not confirmed" in refused.stderr
+    assert leftovers(cluster.name) != []
+    cluster.run("down", cluster.name, "--yes")
+    assert leftovers(cluster.name) == []
+    assert bucket.is_dir(), "down must keep the bucket"
+    assert not (cluster.folder / "nodes").exists() or not any((cluster.folder / "nodes").iterdir())
+    assert cluster.json("status", cluster.name)["stage"] == "down"
+    cluster.run("down", cluster.name, "--yes", "--delete-buckets")
+    assert not bucket.exists()
+    gone = cluster.run("status", cluster.name, check=False)
+    assert gone.returncode == 2 and "unknown cluster" in gone.stderr
