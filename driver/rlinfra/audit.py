@@ -71,9 +71,7 @@ def _ingress_world(resource_type: str, values: dict[str, Any]) -> list[str]:
     return found
 
 
-def summarize(
-    plan_json: dict[str, Any], prices: dict[str, float] | None = None
-) -> PlanSummary:
+def summarize(plan_json: dict[str, Any], prices: dict[str, float] | None = None) -> PlanSummary:
     """Summarize a plan; ``prices`` maps instance type -> USD per hour."""
     summary = PlanSummary()
     for change in plan_json.get("resource_changes") or []:

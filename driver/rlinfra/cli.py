@@ -19,6 +19,7 @@ from rlinfra import __version__, ui
 from rlinfra.errors import EXIT_USAGE, RlinfraError, UsageError
 
 DEFAULT_PROFILE = "local"
+INTERRUPTED = "interrupted; state is saved, re-run the same command to converge"
 
 app = typer.Typer(
     name="rlinfra",
@@ -434,7 +435,10 @@ def down(
 def main() -> None:
     try:
         code = app(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
+        code = code if isinstance(code, int) else 0
+        if code == 130:  # typer turns Ctrl-C into Exit(130)
+            ui.err.print(INTERRUPTED)
+        sys.exit(code)
     except RlinfraError as exc:
         if os.environ.get("RLINFRA_DEBUG"):
             traceback.print_exc()
@@ -444,14 +448,17 @@ def main() -> None:
         ui.err.print(line, style="red", soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        ui.err.print("interrupted; state is saved, re-run the same command to converge")
+        ui.err.print(INTERRUPTED)
         sys.exit(130)
     except typer.Exit as exc:
+        if exc.exit_code == 130:
+            ui.err.print(INTERRUPTED)
         sys.exit(exc.exit_code)
     except Exception as exc:
         import click
 
         if isinstance(exc, click.exceptions.Abort):
+            ui.err.print(INTERRUPTED)
             sys.exit(130)
         if isinstance(exc, click.ClickException):
             exc.show()

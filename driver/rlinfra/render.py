@@ -37,11 +37,14 @@ class Host:
 
 def _tree(root: Path, prefix: str) -> Iterator[tuple[str, str]]:
     for path in sorted(root.rglob("*")):
-        if path.is_dir() or "__pycache__" in path.parts or path.name.startswith(".terraform"):
+        rel = path.relative_to(root)
+        if path.is_dir() or "__pycache__" in rel.parts or ".terraform" in rel.parts:
             continue
-        if "examples" in path.relative_to(root).parts or path.suffix in {".pyc", ".tfstate"}:
+        if {"examples", "tests"} & set(rel.parts) or path.suffix in {".pyc", ".tfstate"}:
             continue
-        yield f"{prefix}/{path.relative_to(root).as_posix()}", path.read_text()
+        if path.name.startswith("terraform.tfstate") or path.name == ".terraformrc":
+            continue
+        yield f"{prefix}/{rel.as_posix()}", path.read_text()
 
 
 def _dump_yaml(data: Any) -> str:

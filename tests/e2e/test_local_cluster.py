@@ -52,9 +52,15 @@ class Cluster:
     def folder(self) -> Path:
         return self.home / "clusters" / self.name
 
-    def run(self, *argv: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [RLINFRA, *argv], env=self.env, capture_output=True, text=True, timeout=timeout,
+            [RLINFRA, *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
         if check and result.returncode != 0:
@@ -83,14 +89,23 @@ def leftovers(name: str) -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [f"netns {line.split()[0]}" for line in netns.splitlines() if f"rl-{ident}-" in line]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
-              if f"rlv{ident}" in line or f"rlb-{ident}" in line]
+    found += [
+        f"link {line.split(':')[1].strip()}"
+        for line in links.splitlines()
+        if f"rlv{ident}" in line or f"rlb-{ident}" in line
+    ]
     mounts = Path("/proc/mounts").read_text()
-    found += [f"mount {line.split()[1]}" for line in mounts.splitlines() if f"/clusters/{name}/" in line
-              or f"rl-{ident}-" in line]
+    found += [
+        f"mount {line.split()[1]}"
+        for line in mounts.splitlines()
+        if f"/clusters/{name}/" in line or f"rl-{ident}-" in line
+    ]
     procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    found += [f"process {line.strip()}" for line in procs.splitlines()
-              if f"/clusters/{name}/" in line and "sshd" in line]
+    found += [
+        f"process {line.strip()}"
+        for line in procs.splitlines()
+        if f"/clusters/{name}/" in line and "sshd" in line
+    ]
     return found
 
 
@@ -114,15 +129,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             handle.run("down", name, "--yes", "--delete-buckets", check=False)
         root = handle.folder / "terraform" / "cluster"
         if root.is_dir() and leftovers(name):
-            subprocess.run(["terraform", "destroy", "-auto-approve", "-input=false"], cwd=root,
-                           env=env, capture_output=True)
+            subprocess.run(
+                ["terraform", "destroy", "-auto-approve", "-input=false"],
+                cwd=root,
+                env=env,
+                capture_output=True,
+            )
 
 
 def test_up_interrupted_then_converges(cluster: Cluster) -> None:
     """Ctrl-C while Ansible runs leaves a consistent record; the same command then converges."""
     proc = subprocess.Popen(
         [RLINFRA, "up", "--profile", "local", "--cluster", cluster.name, "--yes"],
-        env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     deadline = time.monotonic() + 300
@@ -178,7 +200,11 @@ def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
     ips = [n["private_ip"] for n in state["nodes"]]  # type: ignore[union-attr, index]
     for rank in (0, 1):
         out = cluster.run(
-            "exec", cluster.name, "--node", str(rank), "--",
+            "exec",
+            cluster.name,
+            "--node",
+            str(rank),
+            "--",
             "env | grep -E '^(RLINFRA|SKYPILOT|NCCL|GLOO)_' | sort",
         ).stdout
         env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -194,8 +220,14 @@ def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
         ).stdout
         assert node_ips.splitlines() == ips
         info = json.loads(
-            cluster.run("exec", cluster.name, "--node", str(rank), "--",
-                        'printf "%s" "$SKYPILOT_CLUSTER_INFO"').stdout
+            cluster.run(
+                "exec",
+                cluster.name,
+                "--node",
+                str(rank),
+                "--",
+                'printf "%s" "$SKYPILOT_CLUSTER_INFO"',
+            ).stdout
         )
         assert info["cluster"] == cluster.name and info["cloud"] == "local"
     failing = cluster.run("exec", cluster.name, "--", "exit 7", check=False)
@@ -204,8 +236,9 @@ def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
 
 def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Cluster) -> None:
     argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--json"]
-    proc = subprocess.Popen(argv, env=cluster.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     lock = cluster.folder / ".lock"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not lock.read_text().strip():

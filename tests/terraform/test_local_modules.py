@@ -482,14 +482,33 @@ def test_cluster_destroy_leaves_nothing(make_local_cluster: Any) -> None:
     assert len(pids) == 2 and all(pid_alive(p) for p in pids)
     assert all(cluster.leftovers()[k] for k in ("netns", "links", "node_dirs"))
     # A process inside a node that ignores SIGTERM must be killed too.
-    stubborn = int(
-        ssh_ok(
-            cluster.key,
-            cluster.node_ips()[0],
-            "setsid bash -c 'trap \"\" TERM; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!",
-        )
+    ssh_ok(
+        cluster.key,
+        cluster.node_ips()[0],
+        "setsid bash -c 'trap \"\" TERM; exec sleep 600' </dev/null >/dev/null 2>&1 & echo $!",
     )
+    # Each node has its own PID namespace: find the process's host pid through its network
+    # namespace, and check that the node's own view of processes does not show the host's.
+    netns = cluster.inventory["nodes"][0]["netns"]
+
+    def sleepers() -> list[int]:
+        host_pids = subprocess.run(
+            ["ip", "netns", "pids", netns], capture_output=True, text=True, check=True
+        ).stdout.split()
+        found = []
+        for pid in host_pids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\x00600"):
+                    found.append(int(pid))
+        return found
+
+    deadline = time.monotonic() + 10
+    while not sleepers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [stubborn] = sleepers()
     assert pid_alive(stubborn)
+    seen = ssh_ok(cluster.key, cluster.node_ips()[0], "ls /proc | grep -c '^[0-9]' ")
+    assert int(seen) < 20, "a node must see only its own processes"
 
     destroying = time.monotonic()
     cluster.destroy()

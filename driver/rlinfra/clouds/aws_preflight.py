@@ -166,8 +166,12 @@ def check_credentials(
     session: Any = None, region: str = "us-east-1", endpoint_url: str | None = None
 ) -> dict[str, str]:
     """STS GetCallerIdentity: returns {account, arn}; UsageError when AWS does not accept us."""
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
     try:
         identity = client(session, "sts", region, endpoint_url).get_caller_identity()
+    except (NoCredentialsError, PartialCredentialsError) as exc:
+        raise UsageError(f"no AWS credentials found ({_one_line(exc)})", CREDENTIALS_HINT) from exc
     except _aws_errors() as exc:
         if _is_credential_error(exc):
             detail = _code(exc) or type(exc).__name__
@@ -227,6 +231,24 @@ def _unknown_region(region: str, known: set[str]) -> UsageError:
     return UsageError(f"unknown AWS region {region!r}", hint)
 
 
+def _check_zone_name(region: str, zone: str | None) -> None:
+    if zone is not None and not (zone.startswith(region) and len(zone) > len(region)):
+        raise UsageError(
+            f"zone {zone!r} is not in region {region}",
+            f"Use a zone of {region}, such as '{region}a'.",
+        )
+
+
+def _check_bucket_name(bucket: str) -> None:
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise UsageError(
+            f"bucket name {bucket!r} is not valid: {problem}",
+            "Bucket names are 3 to 63 lowercase letters, digits, dots and hyphens, e.g. "
+            "'acme-rl-checkpoints'.",
+        )
+
+
 def check_offered(
     region: str,
     instance_type: str,
@@ -235,11 +257,7 @@ def check_offered(
     endpoint_url: str | None = None,
 ) -> tuple[str, ...]:
     """The zones of the region that offer the type; UsageError when the given zone does not."""
-    if zone is not None and not (zone.startswith(region) and len(zone) > len(region)):
-        raise UsageError(
-            f"zone {zone!r} is not in region {region}",
-            f"Use a zone of {region}, such as '{region}a'.",
-        )
+    _check_zone_name(region, zone)
     ec2 = client(session, "ec2", region, endpoint_url)
     zones: list[str] = []
     try:
@@ -343,13 +361,7 @@ def check_bucket(
     """A valid name that is free, or an existing bucket of this account (HeadBucket)."""
     from botocore.exceptions import ClientError
 
-    problem = bucket_name_problem(bucket)
-    if problem:
-        raise UsageError(
-            f"bucket name {bucket!r} is not valid: {problem}",
-            "Bucket names are 3 to 63 lowercase letters, digits, dots and hyphens, e.g. "
-            "'acme-rl-checkpoints'.",
-        )
+    _check_bucket_name(bucket)
     kwargs: dict[str, str] = {"Bucket": bucket}
     if account and re.fullmatch(r"\d{12}", account):
         kwargs["ExpectedBucketOwner"] = account
@@ -385,7 +397,8 @@ def preflight(
     endpoint_url: str | None = None,
     endpoints: Mapping[str, str] | None = None,
 ) -> PreflightReport:
-    """Run every check in order (credentials, region, zone offering, quota, bucket).
+    """Run every check in order: the names (no call), then credentials, region, zone offering,
+    vCPU quota and bucket.
 
     ``endpoint_url`` serves every service; ``endpoints`` overrides it per boto3 service name
     ("sts", "ec2", "s3", "service-quotas"). Raises UsageError on the first failure.
@@ -396,8 +409,12 @@ def preflight(
     def url(service: str) -> str | None:
         return urls.get(service, endpoint_url)
 
+    # What needs no call first: node count, zone name, bucket name.
     if target.node_count < 1:
         raise UsageError(f"node_count must be at least 1, not {target.node_count}")
+    _check_zone_name(target.region, target.zone)
+    if target.bucket:
+        _check_bucket_name(target.bucket)
     identity = check_credentials(sess, target.region, url("sts"))
     warnings = check_region(target.region, sess, url("ec2"))
     zones = check_offered(target.region, target.instance_type, target.zone, sess, url("ec2"))

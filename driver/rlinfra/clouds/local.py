@@ -45,6 +45,9 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     """Local hosts share the machine's /etc and have no internet."""
     python = plan.profile.software.python
     return {
+        # Hosts share this machine's filesystem: the interpreter behind rlinfra is there too,
+        # and interpreter discovery could pick a shim that does not work in a plain shell.
+        "ansible_python_interpreter": ctx.controller.system_python,
         "base_manage_limits": False,
         "python_env_python": ctx.controller.system_python if python == "system" else python,
         "python_env_cache_dir": str(ctx.cache / "uv"),

@@ -66,10 +66,14 @@ def run_playbook(
             host = data.get("host") or data.get("remote_addr") or ""
             if kind == "playbook_on_task_start":
                 progress.update(f"{data.get('task', '')}")
-            elif kind in {"runner_on_failed", "runner_on_unreachable"} and not data.get(
-                "ignore_errors"
-            ):
+            elif kind in {
+                "runner_on_failed",
+                "runner_on_unreachable",
+                "runner_item_on_failed",
+            } and not data.get("ignore_errors"):
                 result = data.get("res") or {}
+                if result.get("results") and kind == "runner_on_failed":
+                    return True  # the loop's items were reported one by one
                 message = result.get("msg") or result.get("stderr") or result.get("reason") or ""
                 message = " ".join(str(message).split())[:300]
                 failures.append(f"{host}: task '{data.get('task', '?')}': {message}")

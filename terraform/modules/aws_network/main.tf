@@ -14,8 +14,8 @@ data "aws_subnet" "existing" {
   id = var.existing_subnet_id
 }
 
-#checkov:skip=CKV2_AWS_11:VPC flow logs need a log group or bucket and a role; the cluster's own security group is the boundary, and an operator who wants flow logs brings a subnet (existing_subnet_id) from a VPC that has them.
 resource "aws_vpc" "this" {
+  #checkov:skip=CKV2_AWS_11:VPC flow logs need a log group or bucket and a role; the cluster's own security group is the boundary, and an operator who wants flow logs brings a subnet (existing_subnet_id) from a VPC that has them.
   count = local.create ? 1 : 0
 
   cidr_block           = var.vpc_cidr

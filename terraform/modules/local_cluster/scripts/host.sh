@@ -92,7 +92,7 @@ node_sshd_pid() {
   [[ -r "$dir/sshd.pid" ]] || return 1
   pid="$(tr -dc '0-9' <"$dir/sshd.pid")"
   [[ -n "$pid" ]] && pid_alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$view/sshd_config" || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- " $view " || return 1
   echo "$pid"
 }
 
@@ -222,7 +222,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 AuthorizedKeysFile $view/authorized_keys
-PidFile $view/sshd.pid
+PidFile none
 PrintMotd no
 X11Forwarding no
 Subsystem sftp internal-sftp"
@@ -241,7 +241,11 @@ Subsystem sftp internal-sftp"
   fi
   if [[ -z "$pid" ]]; then
     : >"$dir/sshd.log"
-    setsid ip netns exec "$ns" unshare --mount --propagation private \
+    # Own PID namespace too: a node sees (and `ray stop` kills) only its own processes. sshd is
+    # its PID 1 and reaps orphans; the recorded pid is the unshare parent, which takes the node
+    # down with it (--kill-child).
+    setsid ip netns exec "$ns" unshare --mount --propagation private --pid --fork --mount-proc \
+      --kill-child \
       sh -c 'mount --bind "$1" "$2" && mount --bind "$2/opt" /opt && mount --bind "$2/tmp" /tmp &&
         exec "$3" -D -f "$2/sshd_config" -E "$2/sshd.log"' \
       sh "$dir" "$view" "$sshd" </dev/null >/dev/null 2>&1 &

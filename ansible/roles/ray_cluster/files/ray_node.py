@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Inspect or stop the Ray processes of THIS node only.
+
+`ray stop` kills every Ray process the kernel shows it, which on a machine that hosts several
+nodes (network namespaces, containers sharing a PID namespace) stops the other nodes too. This
+helper acts only on processes that share this process's network and mount namespaces, which on
+an ordinary VM is every process, i.e. the same set `ray stop` acts on.
+
+    ray_node.py status   -> JSON: {"raylets": [{"pid", "node_ip", "gcs_address"}], "gcs_servers": [pid],
+                                   "processes": N}
+    ray_node.py stop [--grace-s S]   -> JSON: {"stopped": N, "killed": N}; exit 0 when none is left
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+
+# (keyword, match on the executable name (True) or on the whole command line (False)), the
+# order `ray stop` uses: raylet first, gcs_server last.
+try:
+    from ray.autoscaler._private.constants import RAY_PROCESSES as _RAY_PROCESSES
+
+    RAY_PROCESSES = [(str(k), bool(by_name)) for k, by_name in _RAY_PROCESSES]
+except Exception:  # pragma: no cover - older or newer Ray layouts
+    RAY_PROCESSES = [
+        ("raylet", True),
+        ("plasma_store", True),
+        ("monitor.py", False),
+        ("ray.util.client.server", False),
+        ("default_worker.py", False),
+        ("setup_worker.py", False),
+        ("ray::", True),
+        ("log_monitor.py", False),
+        ("ray::DashboardAgent", False),
+        ("dashboard/dashboard.py", False),
+        ("ray::RuntimeEnvAgent", False),
+        ("ray_process_reaper.py", False),
+        ("gcs_server", True),
+    ]
+
+
+def _ns(pid: int | str, kind: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def _local_processes() -> list[tuple[int, str, list[str]]]:
+    """(pid, name, argv) of every process in this process's network and mount namespaces."""
+    mine = (_ns("self", "net"), _ns("self", "mnt"))
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        if (_ns(pid, "net"), _ns(pid, "mnt")) != mine:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+                name = handle.read().strip()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv:
+            out.append((pid, name, argv))
+    return out
+
+
+def _matches(name: str, argv: list[str], keyword: str, by_name: bool) -> bool:
+    return keyword in name if by_name else keyword in " ".join(argv)
+
+
+def ray_processes() -> list[list[tuple[int, str, list[str]]]]:
+    """This node's Ray processes, in three stop buckets: raylet, the rest, gcs_server."""
+    procs = _local_processes()
+    buckets: list[list[tuple[int, str, list[str]]]] = [[], [], []]
+    seen: set[int] = set()
+    for index, (keyword, by_name) in enumerate(RAY_PROCESSES):
+        bucket = 0 if index == 0 else (2 if index == len(RAY_PROCESSES) - 1 else 1)
+        for proc in procs:
+            if proc[0] not in seen and _matches(proc[1], proc[2], keyword, by_name):
+                seen.add(proc[0])
+                buckets[bucket].append(proc)
+    return buckets
+
+
+def _flag(argv: list[str], *names: str) -> str | None:
+    for index, arg in enumerate(argv):
+        for name in names:
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+            if arg == name and index + 1 < len(argv):
+                return argv[index + 1]
+    return None
+
+
+def status() -> dict:
+    raylets, rest, gcs = ray_processes()
+    return {
+        "raylets": [
+            {
+                "pid": pid,
+                "node_ip": _flag(argv, "--node_ip_address", "--node-ip-address"),
+                "gcs_address": _flag(argv, "--gcs-address", "--gcs_address"),
+            }
+            for pid, _, argv in raylets
+        ],
+        "gcs_servers": [pid for pid, _, _ in gcs],
+        "processes": len(raylets) + len(rest) + len(gcs),
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop(grace_s: float) -> dict:
+    stopped = killed = 0
+    for bucket in ray_processes():
+        pids = [pid for pid, _, _ in bucket]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s / 3
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        for pid in pids:
+            if _alive(pid):
+                killed += 1
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            else:
+                stopped += 1
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(ray_processes()):
+        time.sleep(0.2)
+    left = [pid for bucket in ray_processes() for pid, _, _ in bucket]
+    if not left:
+        _forget_cluster_address()
+    return {"stopped": stopped, "killed": killed, "left": left}
+
+
+def _forget_cluster_address() -> None:
+    """Remove this node's record of the last cluster it joined, as `ray stop` does.
+
+    `ray start --head` refuses to start when that record names its own address and any raylet
+    the kernel shows still points there (on a shared PID namespace: another node's worker).
+    """
+    try:
+        from ray._common.utils import reset_ray_address
+    except Exception:  # pragma: no cover - other Ray layouts
+        path = os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", "ray_current_cluster")
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        return
+    reset_ray_address()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("status")
+    stop_parser = sub.add_parser("stop")
+    stop_parser.add_argument("--grace-s", type=float, default=15.0)
+    args = parser.parse_args()
+    if args.command == "status":
+        print(json.dumps(status()))
+        return 0
+    result = stop(args.grace_s)
+    print(json.dumps(result))
+    return 1 if result["left"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""The real site.yml (and check.yml) against two real hosts (network namespaces with sshd).
+
+Proves: every role succeeds; the node contract on each node; a two-node Ray cluster with the
+dashboard bound to 127.0.0.1 only; the all-reduce acceptance result; a second run changes
+nothing; a worker whose Ray died is healed by a re-run without touching the head; preflight stops
+a bad inventory before anything changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_harness import PlaybookRun, run_playbook
+from ansible_testbed import NODE_IFACE, Testbed
+
+pytestmark = pytest.mark.slow
+
+ROLES = ["preflight", "base", "python_env", "network", "node_env", "ray_cluster", "acceptance"]
+RAY = "/opt/rlinfra/venv/bin/ray"
+TIMINGS: dict[str, float] = {}
+
+
+def _explain(run: PlaybookRun) -> str:
+    return "\n".join(run.failures()) + "\n--- last output ---\n" + run.stdout[-6000:]
+
+
+def _alive_ips(bed: Testbed) -> list[str]:
+    out = bed.ssh(
+        bed.nodes[0],
+        f"{RAY} list nodes --address http://127.0.0.1:8265 --format json --filter state=ALIVE",
+    )
+    assert out.returncode == 0, out.stderr
+    return sorted(n["node_ip"] for n in json.loads(out.stdout))
+
+
+def _pids(bed: Testbed, node_index: int, name: str) -> list[int]:
+    out = bed.ssh(
+        bed.nodes[node_index],
+        "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node status",
+    )
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    if name == "raylet":
+        return [r["pid"] for r in status["raylets"]]
+    return status["gcs_servers"]
+
+
+@pytest.fixture(scope="module")
+def extravars(
+    base_extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    out = dict(base_extravars)
+    out["acceptance_result_dest"] = str(tmp_path_factory.mktemp("results") / "acceptance.json")
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_run(
+    testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> PlaybookRun:
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-1"), "site.yml", testbed.inventory(), extravars
+    )
+    TIMINGS["first run"] = run.seconds
+    return run
+
+
+def test_first_run_succeeds_with_every_role(first_run: PlaybookRun) -> None:
+    assert first_run.rc == 0, _explain(first_run)
+    assert first_run.status == "successful"
+    ran = {
+        e["event_data"].get("role") for e in first_run.events if e.get("event") == "runner_on_ok"
+    }
+    assert set(ROLES) <= ran
+    assert not first_run.stats.get("failures") and not first_run.stats.get("dark")
+
+
+def test_node_contract_on_each_node(testbed: Testbed, first_run: PlaybookRun) -> None:
+    assert first_run.rc == 0
+    ips = "\n".join(n.ip for n in testbed.nodes)
+    for node in testbed.nodes:
+        out = testbed.ssh(
+            node,
+            "stat -c %a /opt/rlinfra/node.env /opt/rlinfra/node.json && "
+            ". /opt/rlinfra/node.env && python3 -c 'import json, os; print(json.dumps(dict(os.environ)))'",
+        )
+        assert out.returncode == 0, out.stderr
+        modes, env_json = out.stdout.splitlines()[:2], out.stdout.splitlines()[2]
+        assert modes == ["644", "644"]
+        env = json.loads(env_json)
+        for prefix in ("RLINFRA", "SKYPILOT"):
+            assert env[f"{prefix}_NODE_IPS"] == ips
+            assert env[f"{prefix}_NODE_RANK"] == str(node.index)
+            assert env[f"{prefix}_NUM_NODES"] == "2"
+            assert env[f"{prefix}_NUM_GPUS_PER_NODE"] == "0"
+            assert env[f"{prefix}_TASK_ID"] == "rlt-test-task"
+            assert json.loads(env[f"{prefix}_CLUSTER_INFO"]) == {
+                "cluster": "rlt",
+                "cloud": "local",
+                "region": "",
+                "zone": "",
+            }
+        assert env["NCCL_SOCKET_IFNAME"] == NODE_IFACE
+        assert env["GLOO_SOCKET_IFNAME"] == NODE_IFACE
+        assert env["RLT_GREETING"] == 'it\'s "quoted" $HOME'
+        assert env["PATH"].split(":")[0] == "/opt/rlinfra/venv/bin"
+
+        doc = json.loads(testbed.ssh(node, "cat /opt/rlinfra/node.json").stdout)
+        assert doc["RLINFRA_NODE_RANK"] == str(node.index)
+        assert doc["SKYPILOT_NODE_IPS"] == ips
+        assert doc["GLOO_SOCKET_IFNAME"] == NODE_IFACE
+
+
+def test_ray_cluster_has_both_nodes_and_a_local_dashboard(
+    testbed: Testbed, first_run: PlaybookRun
+) -> None:
+    assert first_run.rc == 0
+    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
+    # The dashboard (and its job API) listens on 127.0.0.1 only.
+    out = testbed.ssh(testbed.nodes[0], "ss -ltnH 'sport = :8265'")
+    listeners = [line.split()[3] for line in out.stdout.splitlines() if line.strip()]
+    assert listeners == ["127.0.0.1:8265"], out.stdout
+    # Ray's processes carry the node contract (they were started with node.env sourced).
+    for node in testbed.nodes:
+        raylet = _pids(testbed, node.index, "raylet")[0]
+        environ = testbed.ssh(node, f"tr '\\0' '\\n' < /proc/{raylet}/environ").stdout.splitlines()
+        assert f"RLINFRA_NODE_RANK={node.index}" in environ
+        assert f"GLOO_SOCKET_IFNAME={NODE_IFACE}" in environ
+
+
+def test_acceptance_result(
+    testbed: Testbed, first_run: PlaybookRun, extravars: dict[str, Any]
+) -> None:
+    assert first_run.rc == 0
+    result = json.loads(Path(extravars["acceptance_result_dest"]).read_text())
+    assert result["ok"] is True
+    assert result["world_size"] == 2
+    assert result["backend"] == "gloo"
+    assert [r["size_bytes"] for r in result["results"]] == [1 << 20, 16 << 20, 64 << 20]
+    for r in result["results"]:
+        assert r["busbw_gbps"] > 0
+        assert r["busbw_gbps"] == pytest.approx(
+            r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-3, abs=1e-4
+        )
+    assert sorted(n["ip"] for n in result["nodes"]) == sorted(n.ip for n in testbed.nodes)
+    assert {n["interface"] for n in result["nodes"]} == {NODE_IFACE}
+    assert {n["gpus"] for n in result["nodes"]} == {0}
+
+
+def test_second_run_changes_nothing(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    assert first_run.rc == 0
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-2"), "site.yml", testbed.inventory(), extravars
+    )
+    TIMINGS["idempotent run"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert set(run.stats["ok"]) == {n.name for n in testbed.nodes}
+    assert all(v == 0 for v in run.changed().values()), run.changed_tasks()
+
+
+def test_worker_whose_ray_died_is_healed(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    assert first_run.rc == 0
+    head_gcs = _pids(testbed, 0, "gcs")
+    worker = testbed.nodes[1]
+    # Stop Ray on the worker only. (`ray stop --force` would stop every Ray on this machine,
+    # the head included: the hosts share one PID namespace.)
+    out = testbed.ssh(
+        worker, "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node stop --grace-s 3"
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _pids(testbed, 1, "raylet") == []
+    # (The all-reduce over the healed cluster is the next test's check.yml run.)
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-heal"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "acceptance_enabled": False},
+    )
+    TIMINGS["heal run (no acceptance)"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert run.changed().get(testbed.nodes[0].name, 0) == 0, run.changed_tasks()
+    assert run.changed().get(worker.name, 0) >= 1
+    assert any("Start the Ray worker" in t for t in run.changed_tasks())
+    assert _pids(testbed, 0, "gcs") == head_gcs
+    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
+
+
+def test_check_playbook_passes_on_the_healed_cluster(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    assert first_run.rc == 0
+    tmp = tmp_path_factory.mktemp("check")
+    run = run_playbook(
+        tmp,
+        "check.yml",
+        testbed.inventory(),
+        {**extravars, "acceptance_result_dest": str(tmp / "r.json")},
+    )
+    TIMINGS["check.yml"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert all(v == 0 for v in run.changed().values()), run.changed_tasks()
+    assert json.loads((tmp / "r.json").read_text())["world_size"] == 2
+
+
+def test_preflight_stops_a_duplicate_rank_before_any_change(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    inventory = copy.deepcopy(testbed.inventory())
+    workers = inventory["all"]["children"]["rlinfra_nodes"]["children"]["rlinfra_workers"]["hosts"]
+    workers[testbed.nodes[1].name]["rlinfra_node_rank"] = 0
+    before = testbed.ssh(testbed.nodes[1], "stat -c %Y /opt/rlinfra/node.env").stdout
+    start = time.monotonic()
+    run = run_playbook(tmp_path_factory.mktemp("bad"), "site.yml", inventory, extravars)
+    assert run.rc != 0
+    assert time.monotonic() - start < 60
+    roles = {
+        e["event_data"].get("role")
+        for e in run.events
+        if e.get("event", "").startswith("runner_on_")
+    }
+    assert roles == {"preflight"}
+    assert all(v == 0 for v in run.changed().values())
+    messages = "\n".join(run.failures())
+    assert "rlinfra_node_rank 0 is used by rlt-n0, rlt-n1" in messages, messages
+    assert testbed.ssh(testbed.nodes[1], "stat -c %Y /opt/rlinfra/node.env").stdout == before
+
+
+def test_preflight_refuses_a_public_dashboard(
+    testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    run = run_playbook(
+        tmp_path_factory.mktemp("public"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "ray_cluster_dashboard_host": "0.0.0.0"},
+    )
+    assert run.rc != 0
+    roles = {
+        e["event_data"].get("role")
+        for e in run.events
+        if e.get("event", "").startswith("runner_on_")
+    }
+    assert roles == {"preflight"}
+    assert "ray_cluster_dashboard_host is '0.0.0.0'" in "\n".join(run.failures())
+
+
+def test_network_refuses_an_interface_without_the_private_ip(
+    testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The reference's failure mode: collectives on an interface that is not the cluster's."""
+    tmp = tmp_path_factory.mktemp("wrong-iface")
+    play = tmp / "network.yml"
+    play.write_text("- hosts: rlinfra_nodes\n  gather_facts: false\n  roles: [network]\n")
+    run = run_playbook(tmp, str(play), testbed.inventory(), {"network_interface": "lo"})
+    assert run.rc != 0
+    messages = "\n".join(run.failures())
+    for node in testbed.nodes:
+        assert f"Host '{node.name}': collective interface 'lo'" in messages, messages
+        assert f"has addresses 127.0.0.1 but not rlinfra_private_ip {node.ip}" in messages, messages
+        assert f"eth0={node.ip}" in messages, messages
+
+
+def test_zz_report_timings() -> None:
+    """Not a check: prints how long each playbook run took (see `pytest -rA` or -s)."""
+    print("\n" + "\n".join(f"{name}: {seconds:.1f} s" for name, seconds in TIMINGS.items()))
