@@ -8,6 +8,10 @@ BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 SYSTEM_PACKAGES := openssh-server iproute2 rclone fuse3
 STAMP := $(VENV)/.installed
+# checkov pins versions that conflict with the project's tools: it gets a venv of its own.
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+export RLINFRA_CHECKOV := $(abspath $(CHECKOV))
 
 .PHONY: help deps system-deps venv up down lint test test-unit test-terraform test-ansible test-e2e bench clean
 
@@ -26,7 +30,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-venv: $(STAMP) ## Create .venv with rlinfra and the development tools
+$(CHECKOV):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'checkov==3.3.30'
+
+venv: $(STAMP) $(CHECKOV) ## Create .venv with rlinfra and the development tools (and checkov's venv)
 
 deps: system-deps venv ## Everything: Debian packages and the virtual environment
 
@@ -61,4 +69,4 @@ bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
 
 clean: ## Remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache

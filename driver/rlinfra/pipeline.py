@@ -360,30 +360,26 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
     return out
 
 
-RAY_NODES_SCRIPT = (
-    "import json, urllib.request; "
-    "d = json.load(urllib.request.urlopen('http://127.0.0.1:{port}/nodes?view=summary', timeout=10)); "
-    "print(json.dumps([{{'ip': n['raylet']['nodeManagerAddress'], 'state': n['raylet']['state']}} "
-    "for n in d['data']['summary']]))"
-)
-
-
 def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str, Any]:
     """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only)."""
     from rlinfra.runners import ssh
 
-    script = RAY_NODES_SCRIPT.format(port=dashboard_port)
+    command = (
+        f"/opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
+        "--format json --filter state=ALIVE --limit 10000"
+    )
     head = hosts[0]
     try:
-        result = ssh.run(
-            folder, head, f'/opt/rlinfra/venv/bin/python -c "{script}"', capture=True, timeout=30
-        )
+        result = ssh.run(folder, head, command, capture=True, timeout=60)
     except subprocess.TimeoutExpired:
         return {"reachable": False, "error": "timed out asking the head node"}
     if result.returncode != 0:
         return {"reachable": False, "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
-    nodes = json.loads(result.stdout.strip().splitlines()[-1])
-    alive = sorted(n["ip"] for n in nodes if n["state"] == "ALIVE")
+    try:
+        nodes = json.loads(result.stdout[result.stdout.index("[") :])
+    except ValueError:
+        return {"reachable": False, "error": "the head's state API gave no node list"}
+    alive = sorted(n["node_ip"] for n in nodes)
     missing = [h.name for h in hosts if h.private_ip not in alive]
     return {
         "reachable": True,

@@ -264,7 +264,14 @@ def test_dashboard_endpoint_through_ssh_tunnel(cluster: Cluster) -> None:
 
 
 def test_ray_stopped_on_worker_is_healed_by_up(cluster: Cluster) -> None:
-    cluster.run("exec", cluster.name, "--node", "1", "--", "/opt/rlinfra/venv/bin/ray stop --force")
+    cluster.run(
+        "exec",
+        cluster.name,
+        "--node",
+        "1",
+        "--",
+        "/opt/rlinfra/venv/bin/ray stop --force >/dev/null 2>&1",
+    )
     deadline = time.monotonic() + 90
     ray: dict[str, object] = {}
     while time.monotonic() < deadline:

@@ -6,6 +6,15 @@ or from RLINFRA_TF_PLUGIN_MIRROR); no registry is reached. The apply-level tests
 moto server on a free port on 127.0.0.1, point the roots' `endpoints` at it, check what was made
 with boto3, and stop the server by pid at the end, also when a test fails. moto has no placement
 groups, so only that resource is turned off there; the mocked-provider tests cover it (and EFA).
+
+Most of the time here is the provider starting (several times per terraform command) and polling
+new resources, so the apply runs in the background from the module's first test on, and the
+validations run side by side.
+
+What moto does differently from AWS (checked where it matters, tolerated otherwise): instances
+launched with a network-interface spec report their security group only on the interface, so a
+second plan shows drift on vpc_security_group_ids; the emulator cannot say which account owns a
+bucket; and it has no EC2 Service Quotas.
 """
 
 from __future__ import annotations
@@ -754,7 +763,9 @@ def test_destroying_the_cluster_keeps_the_bucket_then_the_storage_root_removes_i
     name = deployment.cluster_name
     role = deployment.outputs["iam_role"]["name"]
 
-    deployment.cluster("destroy", "-auto-approve", "-input=false")
+    # -refresh=false: the state was just written by the apply; skipping the refresh saves a
+    # provider start per destroy on a busy test machine.
+    deployment.cluster("destroy", "-auto-approve", "-input=false", "-refresh=false")
     deployment.destroyed.add("cluster")
     assert deployment.live_instances() == []
     tagged = [{"Name": "tag:rlinfra:cluster", "Values": [name]}]
@@ -778,7 +789,7 @@ def test_destroying_the_cluster_keeps_the_bucket_then_the_storage_root_removes_i
     ]
     assert [b["force_destroy"] for b in buckets] == [False]
 
-    deployment.storage("destroy", "-auto-approve", "-input=false")
+    deployment.storage("destroy", "-auto-approve", "-input=false", "-refresh=false")
     deployment.destroyed.add("storage")
     buckets = [b["Name"] for b in s3.list_buckets()["Buckets"]]
     assert deployment.bucket not in buckets

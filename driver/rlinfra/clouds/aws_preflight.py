@@ -81,7 +81,7 @@ class PreflightReport:
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
-# --- helpers ---------------------------------------------------------------------------------------
+# --- building blocks ------------------------------------------------------------------------------
 
 
 def _session(session: Any) -> Any:
