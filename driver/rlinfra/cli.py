@@ -182,20 +182,40 @@ def plan(
     num_nodes: NodesOpt = None,
     env: EnvOpt = None,
     accelerators: AccOpt = None,
+    terraform: Annotated[
+        bool,
+        typer.Option(
+            "--terraform",
+            help="Also run `terraform plan` on every root; save the plans for `up --from-plan`.",
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Deployment folder (default: the cluster's).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show what `up` would build, without building anything."""
-    from rlinfra.pipeline import prepare, report_overrides
+    """Show what `up` would build and what it costs, without building anything."""
+    from rlinfra.pipeline import audit, prepare, report_overrides
 
     the_plan, _ = prepare(
         _request(profile, cluster, num_nodes, env, None, accelerators), os.environ
     )
-    summary = {
+    summary: dict[str, Any] = {
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
         "profile": the_plan.profile.name,
         "nodes": [{"name": n.name, "rank": n.rank, "role": n.role} for n in the_plan.nodes],
         "accelerator": str(the_plan.accelerator) if the_plan.accelerator else None,
+        "instance_type": the_plan.instance_type,
+        "candidates": [
+            {
+                "instance_type": c.instance_type,
+                "accelerator": str(c.accelerator) if c.accelerator else None,
+                "hourly_usd": c.hourly,
+                "chosen": i == 0,
+            }
+            for i, c in enumerate(the_plan.choices)
+        ],
         "subnet": the_plan.subnet,
         "pin_set": the_plan.pins.name,
         "packages": list(the_plan.pins.packages),
@@ -203,6 +223,8 @@ def plan(
         "ray": the_plan.profile.network.ray.model_dump(),
         "overrides": [o.__dict__ for o in the_plan.overrides],
     }
+    if terraform:
+        summary["terraform"] = audit(the_plan, out)
     if json_out:
         _print_json(summary)
         return
@@ -210,13 +232,38 @@ def plan(
     ui.out.print(
         f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})"
     )
+    if summary["candidates"]:
+        ui.out.print("  candidates (USD per node-hour, catalog prices):")
+        for row in summary["candidates"]:
+            mark = "*" if row["chosen"] else " "
+            ui.out.print(
+                f"   {mark} {row['instance_type']:<16} {row['accelerator'] or 'cpu':<12} "
+                f"{row['hourly_usd']:>9.3f}"
+            )
     for node in the_plan.nodes:
-        ui.out.print(f"  + node {node.name} ({node.role}, {summary['accelerator'] or 'cpu'})")
+        what = the_plan.instance_type or summary["accelerator"] or "cpu"
+        ui.out.print(f"  + node {node.name} ({node.role}, {what})")
     for bucket in the_plan.storage_buckets:
         ui.out.print(f"  + bucket {bucket} (kept by `down`)")
     if the_plan.subnet:
         ui.out.print(f"  subnet {the_plan.subnet}")
     ui.out.print(f"  software: pin set {the_plan.pins.name}: {', '.join(the_plan.pins.packages)}")
+    if terraform:
+        from rlinfra.audit import PlanSummary, render_text
+
+        for root, info in summary["terraform"]["roots"].items():
+            ui.out.print(f"terraform plan ({root}), saved as {info['plan_file']}:")
+            data = info["summary"]
+            restored = PlanSummary()
+            for key in ("create", "update", "delete", "replace", "instances"):
+                getattr(restored, key).update(data[key])
+            restored.destructive = data["destructive"]
+            restored.exposed = data["exposed_to_world"]
+            restored.hourly_usd = data["hourly_usd"]
+            restored.unpriced = data["unpriced_instance_types"]
+            for line in render_text(restored):
+                ui.out.print(line)
+        ui.out.print(f"apply exactly this: rlinfra up -c {the_plan.cluster} --from-plan")
 
 
 @app.command()
@@ -233,6 +280,10 @@ def up(
     ] = False,
     infra_only: Annotated[
         bool, typer.Option("--infra-only", help="Stop after Terraform (no Ansible).")
+    ] = False,
+    from_plan: Annotated[
+        bool,
+        typer.Option("--from-plan", help="Apply the plan saved by `plan --terraform`, exactly."),
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -252,6 +303,7 @@ def up(
     result = run_up(
         the_plan,
         secrets,
+        from_plan=from_plan,
         run_check=not no_check,
         stop_after="infrastructure" if infra_only else None,
     )

@@ -26,6 +26,10 @@ class Controller:
     uv_binary: str
     system_python: str
     wheelhouse: str | None
+    # RLINFRA_AWS_ENDPOINT_URL: an AWS-compatible endpoint (an emulator) for every service.
+    aws_endpoint: str | None = None
+    # RLINFRA_TF_PLUGIN_MIRROR: a filesystem mirror of Terraform providers (no registry access).
+    tf_plugin_mirror: str | None = None
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,13 @@ def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
         wheelhouse = str(folder)
     elif source:
         wheelhouse = str(build_wheelhouse(cache, plan.pins, source))
-    return Controller(uv_binary=uv_binary(), system_python=system_python(), wheelhouse=wheelhouse)
+    return Controller(
+        uv_binary=uv_binary(),
+        system_python=system_python(),
+        wheelhouse=wheelhouse,
+        aws_endpoint=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
+        tf_plugin_mirror=os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None,
+    )
 
 
 def make_context(
@@ -115,19 +121,106 @@ def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
     return write_files(out, render(plan, ctx))
 
 
+# ---------------------------------------------------------------- plan (for auditors)
+
+
+def rendered_digest(files: dict[str, str]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
+    return digest.hexdigest()
+
+
+def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
+    """Render, `terraform plan` every root, save the plans and their JSON, and summarize them.
+
+    The saved plans are what `rlinfra up --from-plan` applies, refusing if the rendered
+    configuration changed since.
+    """
+    from rlinfra.audit import summarize
+    from rlinfra.runners.terraform import terraform_binary
+
+    home = rlinfra_home()
+    cloud = cloud_module(plan.cloud)
+    terraform_binary()
+    folder = (out or deployment_dir(plan.cluster, home)).resolve()
+    prices = {c.instance_type: c.hourly for c in plan.choices}
+    with cluster_lock(folder, "plan"):
+        ctx = make_context(plan, folder, home, build=False)
+        files = render(plan, ctx)
+        write_files(folder, files)
+        record = read_record(folder) or {}
+        record.setdefault("stage", "planned")
+        record.update(
+            cluster=plan.cluster,
+            cloud=plan.cloud,
+            profile=plan.profile.name,
+            source=plan.source,
+            task_id=ctx.task_id,
+            subnet=plan.subnet,
+        )
+        write_record(folder, record)
+        roots: dict[str, Any] = {}
+        for root in cloud.ROOTS:
+            if root not in cloud.tfvars(plan, ctx):
+                continue
+            tf = _terraform(ctx, root)
+            tf.init()
+            changed = tf.plan()
+            shown = tf.show_json()
+            (tf.root / "tfplan.json").write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n")
+            summary = summarize(shown, prices)
+            roots[root] = {
+                "changes": changed,
+                "summary": summary.to_json(),
+                "plan_file": str(tf.root / "tfplan"),
+            }
+        digest = rendered_digest(files)
+        (folder / "plan-digest.txt").write_text(digest + "\n")
+    return {
+        "cluster": plan.cluster,
+        "folder": str(folder),
+        "digest": digest,
+        "candidates": [
+            {
+                "instance_type": c.instance_type,
+                "accelerator": str(c.accelerator or "cpu"),
+                "hourly_usd": c.hourly,
+                "chosen": i == 0,
+            }
+            for i, c in enumerate(plan.choices)
+        ],
+        "roots": roots,
+        "hourly_usd": round(sum(r["summary"]["hourly_usd"] or 0.0 for r in roots.values()), 4),
+    }
+
+
 # ---------------------------------------------------------------- up
 
 
 def _terraform(ctx: Context, root: str) -> Any:
-    from rlinfra.runners.terraform import Terraform
+    from rlinfra.runners.terraform import Terraform, cli_config
 
-    return Terraform(ctx.deployment_dir / "terraform" / root, ctx.deployment_dir / "logs")
+    return Terraform(
+        ctx.deployment_dir / "terraform" / root,
+        ctx.deployment_dir / "logs",
+        cli_config(ctx.controller.tf_plugin_mirror),
+    )
 
 
-def _apply_root(ctx: Context, root: str) -> bool:
-    """init + plan + apply of one root; returns whether it changed anything."""
+def _apply_root(ctx: Context, root: str, from_plan: bool = False) -> bool:
+    """init + plan + apply of one root; returns whether it changed anything.
+
+    With ``from_plan`` the plan saved by `rlinfra plan --terraform` is applied as it is
+    (Terraform itself refuses a plan whose state has moved on).
+    """
     tf = _terraform(ctx, root)
     tf.init()
+    if from_plan and (tf.root / "tfplan").is_file():
+        tf.apply()
+        return True
     changed: bool = tf.plan()
     if changed:
         tf.apply()
@@ -146,7 +239,11 @@ class UpResult:
 
 
 def up(
-    plan: Plan, secrets: dict[str, str], run_check: bool = True, stop_after: str | None = None
+    plan: Plan,
+    secrets: dict[str, str],
+    run_check: bool = True,
+    stop_after: str | None = None,
+    from_plan: bool = False,
 ) -> UpResult:
     """Create or converge a cluster. Safe to re-run after any failure or interrupt."""
     from rlinfra.runners.terraform import terraform_binary, terraform_version
@@ -169,6 +266,19 @@ def up(
     with cluster_lock(folder, "up"):
         ctx = make_context(plan, folder, home, build=True)
         files = render(plan, ctx)
+        if from_plan:
+            saved = folder / "plan-digest.txt"
+            if not saved.is_file():
+                raise UsageError(
+                    f"cluster {plan.cluster!r} has no saved plan",
+                    f"Make one: rlinfra plan --terraform -c {plan.cluster}",
+                )
+            if saved.read_text().strip() != rendered_digest(files):
+                raise UsageError(
+                    f"the rendered configuration of {plan.cluster!r} changed since its plan "
+                    "was saved; nothing was applied",
+                    "Review a new plan: rlinfra plan --terraform",
+                )
         write_files(folder, files)
         record = read_record(folder) or {}
         before = dict(record)
@@ -192,7 +302,9 @@ def up(
             changed = False
             for root in cloud.ROOTS:
                 if (folder / "terraform" / root / "terraform.tfvars.json").is_file():
-                    changed = _apply_root(ctx, root) or changed
+                    changed = _apply_root(ctx, root, from_plan) or changed
+            if from_plan:
+                (folder / "plan-digest.txt").unlink(missing_ok=True)
             outputs = _terraform(ctx, "cluster").output()
             hosts = cloud.hosts_from_outputs(outputs)
             (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
@@ -321,9 +433,10 @@ def down(todo: DownPlan) -> None:
 
 
 def _terraform_at(folder: Path, root: str) -> Any:
-    from rlinfra.runners.terraform import Terraform
+    from rlinfra.runners.terraform import Terraform, cli_config
 
-    return Terraform(folder / "terraform" / root, folder / "logs")
+    mirror = os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None
+    return Terraform(folder / "terraform" / root, folder / "logs", cli_config(mirror))
 
 
 # ---------------------------------------------------------------- status

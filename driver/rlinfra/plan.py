@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlinfra.accelerators import Accelerator
 from rlinfra.errors import UsageError
@@ -42,6 +43,12 @@ class Plan:
     subnet: str | None
     overrides: tuple[Override, ...] = ()
     secret_names: tuple[str, ...] = field(default_factory=tuple)
+    # Cloud machines: the chosen type first, then the other candidates, with prices.
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def instance_type(self) -> str | None:
+        return self.choices[0].instance_type if self.choices else None
 
     @property
     def cloud(self) -> str:
@@ -102,6 +109,7 @@ def make_plan(
     source: str,
     cluster: str | None = None,
     overrides: tuple[Override, ...] = (),
+    offered: set[str] | None = None,
 ) -> Plan:
     """Decide the deployment. Raises UsageError for combinations the models cannot see."""
     name = check_cluster_name(cluster or profile.name)
@@ -135,6 +143,12 @@ def make_plan(
         if profile.resources.num_nodes > 64:
             raise UsageError(f"{source}: resources.num_nodes: the local cloud makes at most 64")
 
+    choices: tuple[Any, ...] = ()
+    if profile.cloud == "aws":
+        choices = aws_choices(profile, source, offered)
+        if choices[0].accelerator is not None:
+            accelerator = choices[0].accelerator
+
     nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
     return Plan(
         cluster=name,
@@ -146,4 +160,32 @@ def make_plan(
         subnet=subnet,
         overrides=overrides,
         secret_names=tuple(sorted(profile.secrets)),
+        choices=choices,
     )
+
+
+def aws_choices(profile: Profile, source: str, offered: set[str] | None) -> tuple[Any, ...]:
+    """Instance types for an AWS profile, cheapest first (from the packaged catalog)."""
+    from rlinfra.clouds.aws_catalog import _choice, choose, load_catalog
+
+    res = profile.resources
+    region = profile.region or "us-east-1"
+    catalog = load_catalog()
+    try:
+        if res.instance_type:
+            if region not in catalog.regions:
+                raise ValueError(f"region {region!r} is not in rlinfra's AWS catalog")
+            return (_choice(catalog.get(res.instance_type), region, res.spot),)
+        return tuple(
+            choose(
+                res.accelerator_candidates or None,
+                region,
+                res.cpus,
+                res.memory_gb,
+                offered,
+                spot=res.spot,
+                catalog=catalog,
+            )
+        )
+    except ValueError as exc:
+        raise UsageError(f"{source}: resources: {exc}") from None

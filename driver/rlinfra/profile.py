@@ -48,6 +48,9 @@ class Resources(_Strict):
     spot: bool = Field(default=False, description="Use spot/preemptible capacity.")
     max_price: float | None = Field(default=None, description="Spot price cap per hour, USD.")
     image: str | None = Field(default=None, description="Machine image id; looked up if unset.")
+    placement_group: bool = Field(
+        default=True, description="Cluster placement group when there is more than one node."
+    )
 
     @field_validator("accelerators", mode="before")
     @classmethod
@@ -128,6 +131,7 @@ class Network(_Strict):
     allow_public: bool = Field(
         default=False, description="Allow 0.0.0.0/0 in allowed_cidrs or a public dashboard."
     )
+    efa: bool = Field(default=False, description="EFA interfaces on types that support them.")
     ray: RayPorts = Field(default_factory=RayPorts)
 
     @field_validator("interface")

@@ -21,7 +21,11 @@ def cloud_module(name: str) -> ModuleType:
         from rlinfra.clouds import local
 
         return local
+    if name == "aws":
+        from rlinfra.clouds import aws
+
+        return aws
     raise UsageError(
         f"cloud {name!r} cannot be deployed by this version of rlinfra",
-        "Supported clouds: local.",
+        "Supported clouds: local, aws.",
     )

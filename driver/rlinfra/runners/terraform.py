@@ -35,6 +35,18 @@ def terraform_binary() -> str:
     return found
 
 
+def cli_config(mirror: str | None) -> str:
+    """Terraform CLI settings: providers from a filesystem mirror when one is given."""
+    if not mirror:
+        return ""
+    return (
+        "# Written by rlinfra: providers come from a filesystem mirror (RLINFRA_TF_PLUGIN_MIRROR).\n"
+        "provider_installation {\n"
+        f"  filesystem_mirror {{\n    path = {json.dumps(mirror)}\n  }}\n"
+        "}\n"
+    )
+
+
 def terraform_version(binary: str) -> str:
     result = subprocess.run(
         [binary, "version", "-json"],

@@ -191,6 +191,11 @@ node_create() {
 
   # The network: namespace, veth pair (eth0 inside, host side on the bridge), address, routes.
   netns_exists "$ns" || ip netns add "$ns"
+  # The machine's nameservers are not reachable from a host: answer lookups locally at once
+  # (`ip netns exec` binds this file over /etc/resolv.conf), or every reverse lookup, e.g. in a
+  # collective's rendezvous, waits for a timeout.
+  mkdir -p "/etc/netns/$ns"
+  write_if_changed "/etc/netns/$ns/resolv.conf" 0644 "nameserver 127.0.0.1" || true
   if ! { link_exists "$veth" && ip -n "$ns" link show dev eth0 >/dev/null 2>&1; }; then
     if link_exists "$veth"; then ip link delete dev "$veth"; fi
     if ip -n "$ns" link show dev eth0 >/dev/null 2>&1; then ip -n "$ns" link delete dev eth0; fi
@@ -287,6 +292,7 @@ node_destroy() {
   # would otherwise go later, when the kernel frees the namespace.
   delete_link "$veth"
   if netns_exists "$ns"; then ip netns delete "$ns"; fi
+  rm -rf "/etc/netns/$ns"
 
   # The bind mounts lived in the node's own mount namespace; nothing may remain in the host's.
   local mounts mnt place

@@ -1,0 +1,120 @@
+"""AWS: GPU instances in a VPC with a cluster placement group, checkpoint buckets in S3.
+
+Credentials come from the environment (or the usual AWS config files) and never reach
+Terraform's variables, state or the deployment folder. ``RLINFRA_AWS_ENDPOINT_URL`` points every
+service at an AWS-compatible endpoint (an emulator in tests).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlinfra.context import Context
+from rlinfra.errors import UsageError
+from rlinfra.plan import Plan
+from rlinfra.render import Host
+
+ROOTS: dict[str, tuple[str, ...]] = {
+    "storage": ("aws_bucket",),
+    "cluster": ("aws_network", "aws_cluster"),
+}
+
+DEFAULT_REGION = "us-east-1"
+
+
+def region(plan: Plan) -> str:
+    return plan.profile.region or DEFAULT_REGION
+
+
+def _common(plan: Plan, ctx: Context) -> dict[str, Any]:
+    endpoint = ctx.controller.aws_endpoint
+    out: dict[str, Any] = {
+        "region": region(plan),
+        "tags": {"rlinfra:profile": plan.profile.name},
+    }
+    if endpoint:
+        out["endpoints"] = {name: endpoint for name in ("ec2", "s3", "sts", "iam")}
+        out["max_retries"] = 2
+    return out
+
+
+def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+    profile = plan.profile
+    res = profile.resources
+    if plan.instance_type is None:
+        raise UsageError(f"{plan.source}: resources: no instance type was chosen")
+    cluster: dict[str, Any] = {
+        **_common(plan, ctx),
+        "cluster_name": plan.cluster,
+        "node_count": plan.num_nodes,
+        "instance_type": plan.instance_type,
+        "availability_zone": profile.zone,
+        "ami": res.image,
+        "ssh_public_key": ctx.ssh_public_key,
+        "allowed_cidrs": list(profile.network.allowed_cidrs),
+        "allow_public": profile.network.allow_public,
+        "service_ports": sorted(profile.ports),
+        "placement_group": res.placement_group and plan.num_nodes > 1,
+        "efa": profile.network.efa,
+        "spot": res.spot,
+        "spot_max_price": res.max_price,
+        "root_volume": {"size_gb": res.disk_gb, "type": res.disk_type},
+        "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,
+    }
+    out = {"cluster": cluster}
+    if plan.storage_buckets:
+        out["storage"] = {**_common(plan, ctx), "buckets": plan.storage_buckets}
+    return out
+
+
+def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
+    return {
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "base_manage_limits": True,
+        "base_extra_packages": ["rsync"],
+    }
+
+
+def preflight(plan: Plan) -> None:
+    """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
+    from rlinfra import ui
+    from rlinfra.clouds.aws_preflight import AwsTarget
+    from rlinfra.clouds.aws_preflight import preflight as run
+
+    if plan.instance_type is None:
+        raise UsageError(f"{plan.source}: resources: no instance type was chosen")
+    if not plan.profile.network.allowed_cidrs:
+        raise UsageError(
+            f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to configure "
+            "the nodes",
+            "Add your address, e.g. allowed_cidrs: [198.51.100.7/32].",
+        )
+    report = run(
+        AwsTarget(
+            region=region(plan),
+            instance_type=plan.instance_type,
+            node_count=plan.num_nodes,
+            zone=plan.profile.zone,
+            spot=plan.profile.resources.spot,
+            bucket=plan.storage_buckets[0] if plan.storage_buckets else None,
+        ),
+        endpoint_url=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
+    )
+    for warning in report.warnings:
+        ui.warn(warning)
+
+
+def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
+    inventory = outputs["inventory"]["value"]
+    return [
+        Host(
+            name=node["name"],
+            rank=int(node["rank"]),
+            ssh_host=node["ssh_host"],
+            private_ip=node["private_ip"],
+            interface=node.get("interface") or "",
+            ssh_user=inventory["ssh_user"],
+        )
+        for node in inventory["nodes"]
+    ]

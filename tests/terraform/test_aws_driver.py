@@ -1,0 +1,203 @@
+"""`rlinfra plan --terraform`, `up --infra-only` and `down` on AWS, through the real CLI, against
+an AWS API emulator (moto) of the test's own. The emulator's instances are not machines, so `up`
+stops after Terraform; moto lacks CreatePlacementGroup, so the apply turns only that off (the
+mocked-provider `terraform test` covers placement groups).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from test_aws_modules import MIRROR, _emulator_skip_reason, emulator
+
+BIN = Path(sys.executable).parent
+RLINFRA = str(BIN / "rlinfra")
+CIDR = "203.0.113.7/32"
+
+
+@dataclass
+class Aws:
+    url: str
+    env: dict[str, str]
+    profiles: Path
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [RLINFRA, *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"rlinfra {' '.join(argv)}: {result.returncode}\n{result.stderr}")
+        return result
+
+    def boto(self, service: str) -> object:
+        import boto3
+
+        return boto3.client(
+            service,
+            region_name="us-east-1",
+            endpoint_url=self.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+def write_profile(folder: Path, name: str, **changes: object) -> Path:
+    data = yaml.safe_load((Path(__file__).parents[2] / "profiles" / "h100x2.yaml").read_text())
+    data["network"]["allowed_cidrs"] = [CIDR]
+    data["resources"]["placement_group"] = False
+    for key, value in changes.items():
+        data[key] = value
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aws]:
+    reason = _emulator_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("aws-driver")
+    with emulator(tmp) as emu:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TF_"))}
+        env.update(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            RLINFRA_AWS_ENDPOINT_URL=emu.url,
+            RLINFRA_TF_PLUGIN_MIRROR=str(MIRROR),
+            RLINFRA_HOME=str(tmp / "home"),
+            RLINFRA_QUIET="1",
+            PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        )
+        yield Aws(emu.url, env, tmp)
+
+
+def test_plan_summary_for_auditors(aws: Aws) -> None:
+    path = write_profile(aws.profiles, "audit")
+    data = yaml.safe_load(path.read_text())
+    data["resources"]["placement_group"] = True
+    path.write_text(yaml.safe_dump(data))
+    result = json.loads(
+        aws.run("plan", "-p", str(path), "-c", "audit", "--terraform", "--json").stdout
+    )
+    assert result["instance_type"] == "p4d.24xlarge"
+    assert [c["instance_type"] for c in result["candidates"]] == [
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+    ]
+    cluster = result["terraform"]["roots"]["cluster"]["summary"]
+    assert cluster["create"]["aws_instance"] == 2
+    assert cluster["create"]["aws_placement_group"] == 1
+    assert cluster["instances"] == {"p4d.24xlarge": 2}
+    assert cluster["hourly_usd"] == pytest.approx(2 * 21.957642, rel=1e-6)
+    assert cluster["exposed_to_world"] == []
+    storage = result["terraform"]["roots"]["storage"]["summary"]
+    assert storage["create"]["aws_s3_bucket"] == 1
+    folder = Path(aws.env["RLINFRA_HOME"]) / "clusters" / "audit"
+    assert (folder / "terraform" / "cluster" / "tfplan").is_file()
+    assert json.loads((folder / "terraform" / "cluster" / "tfplan.json").read_text())[
+        "format_version"
+    ]
+    text = aws.run("plan", "-p", str(path), "-c", "audit", "--terraform").stdout
+    assert "estimated cost: $43.92 per hour" in text
+    assert "create     2 x aws_instance" in text
+
+
+def test_plan_flags_a_dashboard_opened_to_the_world(aws: Aws) -> None:
+    path = write_profile(
+        aws.profiles,
+        "open",
+        ports=[8265],
+        network={"allowed_cidrs": ["0.0.0.0/0"], "allow_public": True},
+    )
+    result = json.loads(
+        aws.run("plan", "-p", str(path), "-c", "open", "--terraform", "--json").stdout
+    )
+    exposed = result["terraform"]["roots"]["cluster"]["summary"]["exposed_to_world"]
+    assert any("8265" in item for item in exposed), exposed
+    text = aws.run("plan", "-p", str(path), "-c", "open", "--terraform").stdout
+    assert "! EXPOSED:" in text
+
+
+def test_up_applies_the_saved_plan_only_while_the_config_is_unchanged(aws: Aws) -> None:
+    name = f"p{uuid.uuid4().hex[:6]}"
+    path = write_profile(aws.profiles, name)
+    aws.run("plan", "-p", str(path), "-c", name, "--terraform")
+    changed = aws.run(
+        "up",
+        "-p",
+        str(path),
+        "-c",
+        name,
+        "-n",
+        "3",
+        "--yes",
+        "--infra-only",
+        "--from-plan",
+        check=False,
+    )
+    assert changed.returncode == 2
+    assert "changed since its plan was saved" in changed.stderr
+    ec2 = aws.boto("ec2")
+    tagged = ec2.describe_instances(  # type: ignore[attr-defined]
+        Filters=[{"Name": "tag:rlinfra:cluster", "Values": [name]}]
+    )["Reservations"]
+    assert tagged == []
+    aws.run("up", "-p", str(path), "-c", name, "--yes", "--infra-only", "--from-plan")
+    aws.run("down", name, "--yes", "--delete-buckets")
+
+
+def test_up_infra_then_down_keeps_only_the_bucket(aws: Aws) -> None:
+    name = f"c{uuid.uuid4().hex[:6]}"
+    bucket = f"rlinfra-test-{uuid.uuid4().hex[:8]}"
+    path = write_profile(aws.profiles, name, storage=[{"bucket": bucket}])
+    result = json.loads(
+        aws.run("up", "-p", str(path), "-c", name, "--yes", "--infra-only", "--json").stdout
+    )
+    assert len(result["nodes"]) == 2
+    ec2 = aws.boto("ec2")
+    filters = [
+        {"Name": "tag:rlinfra:cluster", "Values": [name]},
+        {"Name": "instance-state-name", "Values": ["running", "pending"]},
+    ]
+    reservations = ec2.describe_instances(Filters=filters)["Reservations"]  # type: ignore[attr-defined]
+    types = [i["InstanceType"] for r in reservations for i in r["Instances"]]
+    assert types == ["p4d.24xlarge", "p4d.24xlarge"]
+    s3 = aws.boto("s3")
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"  # type: ignore[attr-defined]
+    # A re-run converges (against moto a re-plan shows drift that AWS would not, so only the
+    # exit status and the unchanged instance set are checked).
+    aws.run("up", "-p", str(path), "-c", name, "--yes", "--infra-only")
+    reservations = ec2.describe_instances(Filters=filters)["Reservations"]  # type: ignore[attr-defined]
+    assert len([i for r in reservations for i in r["Instances"]]) == 2
+    aws.run("down", name, "--yes")
+    left = ec2.describe_instances(Filters=filters)["Reservations"]  # type: ignore[attr-defined]
+    assert left == []
+    assert s3.head_bucket(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200  # type: ignore[attr-defined]
+    aws.run("down", name, "--yes", "--delete-buckets")
+    buckets = [b["Name"] for b in s3.list_buckets()["Buckets"]]  # type: ignore[attr-defined]
+    assert bucket not in buckets
+
+
+def test_up_refuses_without_ssh_access(aws: Aws) -> None:
+    path = write_profile(aws.profiles, "closed", network={"allowed_cidrs": []})
+    result = aws.run("up", "-p", str(path), "-c", "closed", "--yes", "--infra-only", check=False)
+    assert result.returncode == 2
+    assert "network.allowed_cidrs: empty" in result.stderr
+    assert not (Path(aws.env["RLINFRA_HOME"]) / "clusters" / "closed").exists()
