@@ -87,7 +87,8 @@ def bench_cluster(sizes: list[int]) -> dict[str, Any]:
     The wheelhouse (downloads from the package index) is built once before timing, so "cold"
     means an empty uv cache: every wheel is unpacked and installed on every node.
     """
-    work = Path(tempfile.mkdtemp(prefix="rlinfra-bench-"))
+    # Not under /tmp: every local host has its own /tmp and could not see the wheelhouse there.
+    work = Path(tempfile.mkdtemp(prefix="rlinfra-bench-", dir="/var/tmp"))
     shared_cache = Path(os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"))
     env = dict(os.environ)
     env.update(

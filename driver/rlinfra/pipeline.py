@@ -265,6 +265,8 @@ def up(
 
     with cluster_lock(folder, "up"):
         ctx = make_context(plan, folder, home, build=True)
+        if hasattr(cloud, "check_context"):
+            cloud.check_context(ctx)
         files = render(plan, ctx)
         if from_plan:
             saved = folder / "plan-digest.txt"

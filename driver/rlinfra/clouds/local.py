@@ -73,6 +73,19 @@ def preflight(plan: Plan) -> None:
         )
 
 
+def check_context(ctx: Context) -> None:
+    """Hosts have their own /tmp: what they read from the controller must live elsewhere."""
+    for label, path in (
+        ("RLINFRA_CACHE (wheelhouse, uv cache)", ctx.cache),
+        ("software.wheelhouse", ctx.controller.wheelhouse),
+    ):
+        if path is not None and str(path).rstrip("/").split("/")[1:2] == ["tmp"]:
+            raise UsageError(
+                f"{label} is under /tmp ({path}), which every local host replaces with its own",
+                "Point RLINFRA_CACHE (or RLINFRA_HOME) elsewhere, e.g. /var/tmp/rlinfra.",
+            )
+
+
 def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
     inventory = outputs["inventory"]["value"]
     return [
