@@ -249,19 +249,9 @@ def plan(
         ui.out.print(f"  subnet {the_plan.subnet}")
     ui.out.print(f"  software: pin set {the_plan.pins.name}: {', '.join(the_plan.pins.packages)}")
     if terraform:
-        from rlinfra.audit import PlanSummary, render_text
-
         for root, info in summary["terraform"]["roots"].items():
             ui.out.print(f"terraform plan ({root}), saved as {info['plan_file']}:")
-            data = info["summary"]
-            restored = PlanSummary()
-            for key in ("create", "update", "delete", "replace", "instances"):
-                getattr(restored, key).update(data[key])
-            restored.destructive = data["destructive"]
-            restored.exposed = data["exposed_to_world"]
-            restored.hourly_usd = data["hourly_usd"]
-            restored.unpriced = data["unpriced_instance_types"]
-            for line in render_text(restored):
+            for line in info["text"]:
                 ui.out.print(line)
         ui.out.print(f"apply exactly this: rlinfra up -c {the_plan.cluster} --from-plan")
 

@@ -139,7 +139,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     The saved plans are what `rlinfra up --from-plan` applies, refusing if the rendered
     configuration changed since.
     """
-    from rlinfra.audit import summarize
+    from rlinfra.audit import render_text, summarize
     from rlinfra.runners.terraform import terraform_binary
 
     home = rlinfra_home()
@@ -176,6 +176,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
                 "changes": changed,
                 "summary": summary.to_json(),
                 "plan_file": str(tf.root / "tfplan"),
+                "text": render_text(summary),
             }
         digest = rendered_digest(files)
         (folder / "plan-digest.txt").write_text(digest + "\n")
@@ -201,13 +202,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
 
 
 def _terraform(ctx: Context, root: str) -> Any:
-    from rlinfra.runners.terraform import Terraform, cli_config
-
-    return Terraform(
-        ctx.deployment_dir / "terraform" / root,
-        ctx.deployment_dir / "logs",
-        cli_config(ctx.controller.tf_plugin_mirror),
-    )
+    return _terraform_at(ctx.deployment_dir, root, ctx.controller.tf_plugin_mirror)
 
 
 def _apply_root(ctx: Context, root: str, from_plan: bool = False) -> bool:
@@ -434,10 +429,11 @@ def down(todo: DownPlan) -> None:
         shutil.rmtree(folder)
 
 
-def _terraform_at(folder: Path, root: str) -> Any:
+def _terraform_at(folder: Path, root: str, mirror: str | None = None) -> Any:
+    """One Terraform root of a deployment; `down` has no context, so it reads the mirror here."""
     from rlinfra.runners.terraform import Terraform, cli_config
 
-    mirror = os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None
+    mirror = mirror or os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None
     return Terraform(folder / "terraform" / root, folder / "logs", cli_config(mirror))
 
 
