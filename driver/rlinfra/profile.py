@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
 from rlinfra.errors import ProfileError, UsageError
+from rlinfra.serving import Serving
 
 CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -247,7 +248,7 @@ class Profile(_Strict):
     software: Software = Field(default_factory=Software)
     check: Check = Field(default_factory=Check)
     workload: dict[str, Any] | None = None
-    serving: dict[str, Any] | None = None
+    serving: Serving | None = None
 
     @field_validator("env", mode="before")
     @classmethod
