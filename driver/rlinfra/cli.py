@@ -193,9 +193,43 @@ def plan(
         Path | None, typer.Option("--out", "-o", help="Deployment folder (default: the cluster's).")
     ] = None,
     json_out: JsonOpt = False,
+    detailed_exitcode: Annotated[
+        bool,
+        typer.Option(
+            "--detailed-exitcode",
+            help="Implies --terraform. Exit 0 when nothing would change, 2 when something would, "
+            "1 on any error (as `terraform plan -detailed-exitcode`).",
+        ),
+    ] = False,
 ) -> None:
     """Show what `up` would build and what it costs, without building anything."""
-    from rlinfra.pipeline import audit, prepare, report_overrides
+    if detailed_exitcode:
+        try:
+            changes = _plan(profile, cluster, num_nodes, env, accelerators, True, out, json_out)
+        except RlinfraError as exc:
+            ui.err.print(_error_line(exc), style="red", soft_wrap=True)
+            raise typer.Exit(1) from exc
+        except typer.Exit:
+            raise
+        except Exception as exc:
+            ui.err.print(f"Error: {exc}", style="red", soft_wrap=True)
+            raise typer.Exit(1) from exc
+        raise typer.Exit(2 if changes else 0)
+    _plan(profile, cluster, num_nodes, env, accelerators, terraform, out, json_out)
+
+
+def _plan(
+    profile: str | None,
+    cluster: str | None,
+    num_nodes: int | None,
+    env: list[str] | None,
+    accelerators: str | None,
+    terraform: bool,
+    out: Path | None,
+    json_out: bool,
+) -> bool:
+    """Print the plan; True when Terraform would change something."""
+    from rlinfra.pipeline import audit, prepare
 
     the_plan, _ = prepare(
         _request(profile, cluster, num_nodes, env, None, accelerators), os.environ
@@ -225,9 +259,17 @@ def plan(
     }
     if terraform:
         summary["terraform"] = audit(the_plan, out)
+    changes = terraform and any(r["changes"] for r in summary["terraform"]["roots"].values())
     if json_out:
         _print_json(summary)
-        return
+    else:
+        _print_plan(the_plan, summary, terraform)
+    return bool(changes)
+
+
+def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None:
+    from rlinfra.pipeline import report_overrides
+
     report_overrides(the_plan)
     ui.out.print(
         f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})"
@@ -474,6 +516,13 @@ def down(
     )
 
 
+def _error_line(exc: RlinfraError) -> str:
+    line = f"Error: {exc.message}"
+    if exc.hint:
+        line = f"{line.rstrip('.')}. {exc.hint}"
+    return line
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)
@@ -484,10 +533,7 @@ def main() -> None:
     except RlinfraError as exc:
         if os.environ.get("RLINFRA_DEBUG"):
             traceback.print_exc()
-        line = f"Error: {exc.message}"
-        if exc.hint:
-            line = f"{line.rstrip('.')}. {exc.hint}"
-        ui.err.print(line, style="red", soft_wrap=True)
+        ui.err.print(_error_line(exc), style="red", soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         ui.err.print(INTERRUPTED)

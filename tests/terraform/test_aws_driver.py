@@ -138,7 +138,9 @@ def test_plan_flags_a_dashboard_opened_to_the_world(aws: Aws) -> None:
 def test_up_applies_the_saved_plan_only_while_the_config_is_unchanged(aws: Aws) -> None:
     name = f"p{uuid.uuid4().hex[:6]}"
     path = write_profile(aws.profiles, name)
-    aws.run("plan", "-p", str(path), "-c", name, "--terraform")
+    # -detailed-exitcode semantics: 2 while there is something to create.
+    fresh = aws.run("plan", "-p", str(path), "-c", name, "--detailed-exitcode", check=False)
+    assert fresh.returncode == 2, fresh.stderr
     changed = aws.run(
         "up",
         "-p",
@@ -160,6 +162,14 @@ def test_up_applies_the_saved_plan_only_while_the_config_is_unchanged(aws: Aws) 
     )["Reservations"]
     assert tagged == []
     aws.run("up", "-p", str(path), "-c", name, "--yes", "--infra-only", "--from-plan")
+    # A broken profile is an error (1), not "changes" (2). (The "no changes" exit 0 is not
+    # asserted against the emulator: moto reports no security groups on the instances it ran, so
+    # Terraform always sees an in-place update of vpc_security_group_ids there.)
+    broken = aws.profiles / "broken.yaml"
+    broken.write_text(path.read_text() + "bogus_key: 1\n")
+    bad = aws.run("plan", "-p", str(broken), "-c", name, "--detailed-exitcode", check=False)
+    assert bad.returncode == 1
+    assert "bogus_key" in bad.stderr
     aws.run("down", name, "--yes", "--delete-buckets")
 
 
