@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 SYSTEM_PACKAGES := openssh-server iproute2 rclone fuse3
 STAMP := $(VENV)/.installed
+# The Verl release whose config rlinfra checks overrides against (rlinfra.workloads.verl_config).
+VERL_PIN := verl==0.6.0
 # checkov pins versions that conflict with the project's tools: it gets a venv of its own.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
@@ -28,6 +30,8 @@ system-deps: ## Install the Debian packages the local cloud needs (root)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# Verl's packaged config only (no torch, no GPU): tests compare rlinfra's key snapshot with it.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(VERL_PIN)'
 	touch $(STAMP)
 
 $(CHECKOV):
@@ -67,6 +71,7 @@ test: deps lint ## Set up and run every test
 
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/retrieval.py
 
 clean: ## Remove the virtual environment and caches
 	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache

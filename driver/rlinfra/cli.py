@@ -364,9 +364,11 @@ def _print_check(result: dict[str, Any]) -> None:
         f"acceptance check: {result.get('backend')} all-reduce, world size {result.get('world_size')}"
     )
     for row in result.get("results", []):
+        # busbw is null with one rank (nothing crosses a link).
+        busbw = row.get("busbw_gbps")
         ui.out.print(
             f"  {row['size_bytes'] / 2**20:>8.0f} MiB  {row['time_s'] * 1e3:>9.2f} ms  "
-            f"busbw {row['busbw_gbps']:.3f} GB/s"
+            + (f"busbw {busbw:.3f} GB/s" if busbw is not None else "busbw n/a (one rank)")
         )
 
 
@@ -513,6 +515,28 @@ def down(
     ui.out.print(
         f"cluster {cluster} is down"
         + ("" if delete_buckets or not todo.buckets else " (buckets kept)")
+    )
+
+
+@app.command()
+def lock(
+    pin_set: Annotated[str, typer.Argument(help="Pin set name (see software.pin_set).")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Lock file to write (default: the packaged one)."),
+    ] = None,
+    find_links: Annotated[
+        list[str] | None,
+        typer.Option("--find-links", help="Also look for wheels in this folder (repeat)."),
+    ] = None,
+) -> None:
+    """Resolve a pin set into a hash-pinned lock file that nodes install exactly."""
+    from rlinfra.lock import lock as run_lock
+
+    result = run_lock(pin_set, out, extra_find_links=find_links or [])
+    ui.out.print(
+        f"locked pin set {result.pin_set}: {result.requirements} requirement(s), "
+        f"hashes pinned, in {result.path}"
     )
 
 

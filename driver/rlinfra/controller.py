@@ -39,8 +39,21 @@ def system_python() -> str:
     raise UsageError(f"no system Python found in {base}")
 
 
+def _wheelhouse_requirements(pins: PinSet) -> list[str]:
+    """pip arguments naming what the wheelhouse holds: the pin set's lock when it is current
+    (the exact versions nodes install with --require-hashes), else its requirements."""
+    from rlinfra.lock import current_lock
+
+    lock = current_lock(pins)
+    return ["-r", str(lock)] if lock is not None else list(pins.packages)
+
+
 def wheelhouse_dir(cache: Path, pins: PinSet) -> Path:
-    digest = hashlib.sha256("\n".join(pins.packages).encode()).hexdigest()[:12]
+    from rlinfra.lock import current_lock
+
+    lock = current_lock(pins)
+    what = lock.read_text() if lock is not None else "\n".join(pins.packages)
+    digest = hashlib.sha256(what.encode()).hexdigest()[:12]
     return cache / "wheelhouse" / f"{pins.name}-{digest}"
 
 
@@ -69,7 +82,7 @@ def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
         "--only-binary=:all:",
         "-d",
         str(folder),
-        *pins.packages,
+        *_wheelhouse_requirements(pins),
     ]
     if pins.index_url:
         argv += ["--index-url", pins.index_url]

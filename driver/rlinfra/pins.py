@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 _PINSETS = Path(__file__).with_name("data") / "pinsets.yaml"
+LOCKS_DIR = Path(__file__).with_name("data") / "locks"
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,15 @@ class PinSet:
     imports: tuple[tuple[str, str], ...]
     index_url: str | None = None
     extra_index_urls: tuple[str, ...] = ()
+    # uv --torch-backend (e.g. cu126): where torch and its kin come from.
+    torch_backend: str | None = None
+    # Target platform for `rlinfra lock` (uv --python-platform); None: the controller's own.
+    platform: str | None = None
+
+    @property
+    def lock_file(self) -> Path:
+        """The hash-pinned lock `rlinfra lock` writes for this set (may not exist)."""
+        return LOCKS_DIR / f"{self.name}.txt"
 
 
 @cache
@@ -35,5 +45,7 @@ def pin_sets() -> dict[str, PinSet]:
             imports=tuple((str(k), str(v)) for k, v in (body.get("imports") or {}).items()),
             index_url=body.get("index_url"),
             extra_index_urls=tuple(body.get("extra_index_urls") or ()),
+            torch_backend=body.get("torch_backend"),
+            platform=body.get("platform"),
         )
     return out

@@ -58,6 +58,11 @@ def prepare(request: Request, environ: Mapping[str, str]) -> tuple[Plan, dict[st
 def report_overrides(plan: Plan) -> None:
     for change in plan.overrides:
         ui.info(f"override {change.field}: {change.old} -> {change.new} (from the command line)")
+    if plan.profile.workload is not None:
+        from rlinfra.workloads.spec import job_spec
+
+        for warning in job_spec(plan).warnings:
+            ui.warn(warning)
 
 
 def check_collisions(plan: Plan, home: Path) -> None:

@@ -150,7 +150,7 @@ def make_plan(
             accelerator = choices[0].accelerator
 
     nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
-    return Plan(
+    plan = Plan(
         cluster=name,
         profile=profile,
         source=source,
@@ -162,6 +162,12 @@ def make_plan(
         secret_names=tuple(sorted(profile.secrets)),
         choices=choices,
     )
+    if profile.workload is not None:
+        # Checked before anything is spent: Verl override keys, GPU needs, variables.
+        from rlinfra.workloads.spec import job_spec
+
+        job_spec(plan)
+    return plan
 
 
 def aws_choices(profile: Profile, source: str, offered: set[str] | None) -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlinfra.accelerators import Accelerator, parse_accelerator
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.serving import Serving
+from rlinfra.workloads.model import Workload
 
 CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -247,7 +248,7 @@ class Profile(_Strict):
     network: Network = Field(default_factory=Network)
     software: Software = Field(default_factory=Software)
     check: Check = Field(default_factory=Check)
-    workload: dict[str, Any] | None = None
+    workload: Workload | None = None
     serving: Serving | None = None
 
     @field_validator("env", mode="before")
@@ -301,6 +302,23 @@ class Profile(_Strict):
         mounts = [item.mount_path for item in self.storage]
         if len(set(mounts)) != len(mounts):
             raise ValueError("two storage entries share one mount_path")
+        retrieval = self.serving.retrieval if self.serving else None
+        if retrieval is not None:
+            public = ipaddress.ip_address(retrieval.host).is_unspecified
+            if public and not self.network.allow_public:
+                raise ValueError(
+                    f"serving.retrieval.host {retrieval.host} exposes the retrieval service to "
+                    "every network; set network.allow_public: true if that is intended"
+                )
+            if retrieval.port in seen:
+                raise ValueError(
+                    f"serving.retrieval.port {retrieval.port} is also network.ray.{seen[retrieval.port]}"
+                )
+            if retrieval.data_dir is None and not self.storage:
+                raise ValueError(
+                    "serving.retrieval keeps its corpus and index in the bucket: add a storage "
+                    "entry, or set serving.retrieval.data_dir"
+                )
         return self
 
     @property

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -25,12 +27,124 @@ class ModelServing(_Strict):
 
 
 class RetrievalServing(_Strict):
-    """A replicated retrieval service (Ray Serve) behind one endpoint."""
+    """A replicated retrieval service (Ray Serve) behind one endpoint on the head node.
 
-    replicas: int = Field(default=3, ge=1, le=64)
-    port: int = Field(default=8000, ge=1024, le=65535)
+    The corpus and its FAISS index live in the bucket (``data_dir``, by default
+    ``<first storage mount>/retrieval/<corpus>``), fetched and built once, then reused by every
+    replica and by later clusters. See ``rlinfra_node.retrieval`` for the API.
+    """
+
+    replicas: int = Field(default=3, ge=1, le=64, description="Ray Serve replicas.")
+    port: int = Field(default=8000, ge=1024, le=65535, description="Serve's HTTP port (head).")
+    host: str = Field(
+        default="127.0.0.1", description="Serve's bind address; 0.0.0.0 needs allow_public."
+    )
+    corpus: str = Field(
+        default="wiki-18-100k", description="Corpus name: the folder under <bucket>/retrieval/."
+    )
+    corpus_source: str | None = Field(
+        default=None,
+        description="URL or path (on the head) of the JSONL(.gz) corpus, fetched when missing.",
+    )
+    max_passages: int | None = Field(
+        default=None, ge=1, description="Keep the first N passages of the source."
+    )
+    index_source: str | None = Field(
+        default=None, description="URL or path of a prebuilt FAISS index; built when unset."
+    )
+    data_dir: str | None = Field(
+        default=None, description="Folder on the nodes for corpus + index (default: the bucket)."
+    )
+    model: str = Field(
+        default="intfloat/e5-base-v2",
+        description="sentence-transformers model: hub name, folder, or package:NAME.",
+    )
+    query_prefix: str = Field(default="query: ", description="Prepended to every query.")
+    passage_prefix: str = Field(default="passage: ", description="Prepended to every passage.")
+    batch_size: int = Field(default=256, ge=1, le=65536, description="Passages per batch.")
+    topk: int = Field(default=3, ge=1, le=1000, description="Default top-k.")
+    max_topk: int = Field(default=50, ge=1, le=1000)
+    max_queries: int = Field(default=128, ge=1, le=10000, description="Queries per request.")
+    cpus_per_replica: float = Field(default=1.0, gt=0, le=512)
+    max_replicas_per_node: int | None = Field(default=None, ge=1, le=64)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IP address") from exc
+        return value
+
+    @field_validator("corpus")
+    @classmethod
+    def _corpus(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
+            raise ValueError(f"{value!r}: use letters, digits, '.', '_' and '-' (a folder name)")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} must be an absolute path")
+        return value
+
+    @model_validator(mode="after")
+    def _topk(self) -> RetrievalServing:
+        if self.topk > self.max_topk:
+            raise ValueError(f"topk {self.topk} is above max_topk {self.max_topk}")
+        return self
 
 
 class Serving(_Strict):
     model: ModelServing | None = None
     retrieval: RetrievalServing | None = None
+
+
+def retrieval_data_dir(serving: RetrievalServing, mount_paths: list[str]) -> str:
+    """Where the corpus and index live on the nodes: data_dir, else the first bucket's mount."""
+    if serving.data_dir:
+        return serving.data_dir.rstrip("/")
+    if not mount_paths:
+        raise ValueError("serving.retrieval needs a storage entry or data_dir")
+    return f"{mount_paths[0]}/retrieval/{serving.corpus}"
+
+
+def retrieval_settings(serving: RetrievalServing, mount_paths: list[str]) -> dict[str, object]:
+    """The node-side settings (``rlinfra_node.retrieval.settings.Settings``) as plain data."""
+    data_dir = retrieval_data_dir(serving, mount_paths)
+    return {
+        "data_dir": data_dir,
+        "corpus_source": serving.corpus_source,
+        "max_passages": serving.max_passages,
+        "index_source": serving.index_source,
+        "model": serving.model,
+        "query_prefix": serving.query_prefix,
+        "passage_prefix": serving.passage_prefix,
+        "model_cache": f"{data_dir}/models",
+        "batch_size": serving.batch_size,
+        "default_topk": serving.topk,
+        "max_topk": serving.max_topk,
+        "max_queries": serving.max_queries,
+        "threads": max(1, int(serving.cpus_per_replica)),
+    }
+
+
+def retrieval_ansible_vars(
+    serving: RetrievalServing | None, mount_paths: list[str], node_package_src: str
+) -> dict[str, object]:
+    """The retrieval_service role's variables; empty when the profile serves no retrieval."""
+    if serving is None:
+        return {}
+    return {
+        "retrieval_service_enabled": True,
+        "retrieval_service_settings": retrieval_settings(serving, mount_paths),
+        "retrieval_service_replicas": serving.replicas,
+        "retrieval_service_host": serving.host,
+        "retrieval_service_port": serving.port,
+        "retrieval_service_num_cpus": serving.cpus_per_replica,
+        "retrieval_service_max_replicas_per_node": serving.max_replicas_per_node or 0,
+        "retrieval_service_node_package_src": node_package_src,
+    }

@@ -1,30 +1,46 @@
 #!/usr/bin/env python3
-"""Cluster acceptance check: an all-reduce across every node of the running Ray cluster.
+"""Cluster acceptance check: an all-reduce through torch.distributed, and a GPU health measure.
 
-Run it on the head with the venv's interpreter, after sourcing /opt/rlinfra/node.env:
+Run it with the venv's interpreter, after sourcing /opt/rlinfra/node.env:
 
     python allreduce.py [--sizes-mib 1,16,64] [--warmup 2] [--iters 5] [--timeout-s 600]
+                        [--launcher ray|local] [--backend auto|gloo|nccl] [--local-ranks N]
+                        [--health auto|off]
 
-It connects to the cluster (ray.init(address="auto")) and starts one actor per node on CPU
-clusters (gloo; a STRICT_SPREAD placement group puts one on each node) or one actor per GPU on
-GPU clusters (nccl; one GPU bundle per GPU, PACK). Every actor joins one torch.distributed group
-(TCP rendezvous at the rank 0 actor) on the interface its node exported in GLOO_SOCKET_IFNAME /
-NCCL_SOCKET_IFNAME, then for each size:
+Two launchers start the ranks:
+
+  * ray (the default, `rlinfra check`): on the head, against the running Ray cluster
+    (ray.init(address="auto")). One actor per node on CPU clusters (gloo; a STRICT_SPREAD
+    placement group puts one on each node) or one actor per GPU on GPU clusters (nccl; one GPU
+    bundle per GPU, PACK). One task per node also reports torch.cuda.device_count() there.
+  * local: on one node, without Ray: one process per local GPU (nccl), or --local-ranks
+    processes (gloo, default 1) on a CPU node. This checks a node's own GPUs and NCCL before, or
+    without, a cluster.
+
+Every rank joins one torch.distributed group (TCP rendezvous at rank 0) on the interface the
+node exported in GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, then for each size:
 
   * checks the numbers: rank r contributes a tensor full of r + 1; every element of the sum
     must be n (n + 1) / 2; a wrong value fails the check;
   * times `iters` all-reduces after `warmup` untimed ones (the slowest rank's mean counts);
   * reports algbw = bytes / time and busbw = algbw * 2 (n - 1) / n (nccl-tests' definition,
-    10^9 bytes per second); with one rank, busbw is 0.
+    10^9 bytes per second). With one rank nothing crosses a link: busbw is null (undefined),
+    never a made-up number, and "notes" says so.
 
-One task per node also reports torch.cuda.device_count() there. The result is one JSON
-document on stdout:
+On nccl, each rank then measures its GPU (--health auto): a bf16 matrix product (TFLOP/s, on
+random data, checked against a float32 product of the same inputs) and a device-to-device copy
+(GB/s, bytes read plus bytes written, checked for equality). The medians of CUDA-event timings
+after warm-up count.
 
-  {"world_size": n, "backend": "gloo", "results": [{"size_bytes", "time_s", "algbw_gbps",
-   "busbw_gbps"}], "nodes": [{"ip", "gpus", "interface", "ranks"}], "ok": true}
+The result is one JSON document on stdout:
 
-Exit status: 0 when ok; 1 when the numeric check fails (the JSON says why, with "ok": false);
-2 when the check cannot run (cluster unreachable, actors not placed in time).
+  {"launcher", "world_size", "backend", "iters", "results": [{"size_bytes", "time_s",
+   "algbw_gbps", "busbw_gbps"}], "nodes": [{"ip", "gpus", "interface", "ranks"}],
+   "gpus": [{"rank", "ip", "device", "name", "matmul_bf16_tflops", "copy_gbps", ...}],
+   "versions", "collective_env", "notes", "ok", "problems", "phases_s"}
+
+Exit status: 0 when ok; 1 when a check fails (the JSON says why, with "ok": false); 2 when the
+check cannot run (cluster unreachable, actors not placed in time, a rank died).
 """
 
 from __future__ import annotations
@@ -32,12 +48,113 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
+import statistics
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 MIB = 1 << 20
+# Relative error allowed for the bf16 product against float32 arithmetic on the same inputs
+# (bf16 rounding of the output alone gives a few 1e-3).
+MATMUL_REL_TOL = 2e-2
+# Environment variables that steer the collectives, copied into the result.
+COLLECTIVE_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_")
+
+
+# ---- pure helpers (no torch, no Ray) ---------------------------------------------------------
+
+
+def bus_factor(world: int) -> float | None:
+    """nccl-tests' all-reduce bus factor 2 (n - 1) / n; None for one rank (undefined)."""
+    if world < 1:
+        raise ValueError(f"world size must be >= 1, got {world}")
+    return 2 * (world - 1) / world if world > 1 else None
+
+
+def bandwidth_row(size_bytes: int, time_s: float, world: int) -> dict[str, Any]:
+    """One size's result: algbw = bytes / time, busbw = algbw * bus factor (GB/s, 10^9)."""
+    if time_s <= 0:
+        raise ValueError(f"time must be > 0, got {time_s}")
+    algbw = size_bytes / time_s / 1e9
+    factor = bus_factor(world)
+    return {
+        "size_bytes": size_bytes,
+        "time_s": round(time_s, 6),
+        "algbw_gbps": round(algbw, 4),
+        "busbw_gbps": None if factor is None else round(algbw * factor, 4),
+    }
+
+
+def parse_sizes(text: str | None, backend: str) -> list[int]:
+    if not text:
+        text = "64,256,1024" if backend == "nccl" else "1,16,64"
+    sizes = [int(float(s) * MIB) for s in text.split(",") if s.strip()]
+    if not sizes or min(sizes) <= 0:
+        raise SystemExit(f"--sizes-mib needs positive sizes, got {text!r}")
+    return sizes
+
+
+def wrong_sum_problems(size: int, per_rank: list[dict], places: list[dict]) -> list[str]:
+    return [
+        f"size {size} B: rank {rank} ({places[rank]['ip']}) has {res['wrong']} wrong "
+        f"elements (e.g. {res['sample']}, expected {res['expected']})"
+        for rank, res in enumerate(per_rank)
+        if res["wrong"]
+    ]
+
+
+def health_problems(gpus: list[dict]) -> list[str]:
+    problems = []
+    for g in gpus:
+        where = f"rank {g['rank']} ({g['ip']}, cuda:{g['device']})"
+        if g.get("error"):
+            problems.append(f"{where}: GPU health measure failed: {g['error']}")
+            continue
+        if not g["matmul_rel_err"] < MATMUL_REL_TOL:
+            problems.append(
+                f"{where}: bf16 matmul relative error {g['matmul_rel_err']} above {MATMUL_REL_TOL}"
+            )
+        if not g["copy_ok"]:
+            problems.append(f"{where}: device-to-device copy gave different bytes")
+    return problems
+
+
+def notes_for(world: int, backend: str, health: bool) -> list[str]:
+    notes = []
+    if world == 1:
+        notes.append(
+            "one rank: the all-reduce crosses no link, so busbw is undefined (null). algbw is "
+            "size / time of a one-rank all-reduce, which moves no data (NCCL returns at once "
+            "in place): its time is launch latency, and algbw is no bandwidth of anything"
+        )
+    if backend != "nccl":
+        notes.append("no GPU health measure: it runs on nccl (GPU) ranks only")
+    elif not health:
+        notes.append("GPU health measure turned off (--health off)")
+    return notes
+
+
+def collective_env() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(COLLECTIVE_ENV_PREFIXES)}
+
+
+def _node_ip_from_contract() -> str:
+    ips = _node_order()
+    rank = os.environ.get("RLINFRA_NODE_RANK", "")
+    if rank.isdigit() and int(rank) < len(ips):
+        return ips[int(rank)]
+    return "127.0.0.1"
+
+
+def _node_order() -> list[str]:
+    ips = os.environ.get("RLINFRA_NODE_IPS", "")
+    return [ip.strip() for ip in ips.splitlines() if ip.strip()]
+
+
+# ---- on the ranks ----------------------------------------------------------------------------
 
 
 def _node_ip() -> str:
@@ -64,28 +181,86 @@ def _gpu_count() -> dict:
     return {"ip": _node_ip(), "gpus": gpus, "error": error}
 
 
-class Member:
-    """One rank of the process group (a Ray actor)."""
+def _versions() -> dict[str, str]:
+    import torch
 
-    def __init__(self, backend: str) -> None:
-        # Import torch now, in every actor at once, so that no rank is still importing it when
+    out = {"torch": str(torch.__version__), "cuda": str(torch.version.cuda or "")}
+    if torch.cuda.is_available():
+        nccl = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    return out
+
+
+def _median_ms(torch: Any, fn: Any, warmup: int, iters: int) -> float:
+    """Median CUDA-event time of fn() in ms, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _measure_matmul(torch: Any, dev: Any, gen: Any, n: int, iters: int) -> dict[str, Any]:
+    """bf16 n x n x n product on random data: TFLOP/s, and its error on 64 rows vs float32."""
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16, generator=gen)
+    c = torch.full_like(a, float("nan"))  # poisoned: an unwritten output fails the check
+    torch.matmul(a, b, out=c)
+    ref = a[:64].float() @ b.float()
+    rel_err = float((c[:64].float() - ref).norm() / ref.norm())
+    ms = _median_ms(torch, lambda: torch.matmul(a, b, out=c), warmup=3, iters=iters)
+    return {
+        "matmul_rel_err": rel_err,
+        "matmul_ms": round(ms, 4),
+        "matmul_bf16_tflops": round(2 * n**3 / (ms / 1e3) / 1e12, 2),
+    }
+
+
+def _measure_copy(torch: Any, dev: Any, gen: Any, numel: int, iters: int) -> dict[str, Any]:
+    """Device-to-device copy of numel float32: GB/s counting bytes read plus bytes written."""
+    src = torch.randn(numel, device=dev, dtype=torch.float32, generator=gen)
+    dst = torch.full_like(src, float("nan"))
+    dst.copy_(src)
+    copy_ok = bool(torch.equal(dst, src))
+    ms = _median_ms(torch, lambda: dst.copy_(src), warmup=3, iters=iters)
+    return {
+        "copy_ok": copy_ok,
+        "copy_ms": round(ms, 4),
+        "copy_gbps": round(2 * numel * 4 / (ms / 1e3) / 1e9, 1),
+    }
+
+
+class Member:
+    """One rank of the process group (a Ray actor, or a local process)."""
+
+    def __init__(self, backend: str, device: int = 0, ip: str = "") -> None:
+        # Import torch now, in every rank at once, so that no rank is still importing it when
         # the others wait for it at the rendezvous.
         import torch.distributed  # noqa: F401
 
         self.backend = backend
+        self.device = device
+        self.ip = ip
         self.rank = -1
         self.world = 0
 
     def where(self) -> dict:
-        import ray
-
-        gpu_ids = ray.get_gpu_ids() if self.backend == "nccl" else []
         env_name = "NCCL_SOCKET_IFNAME" if self.backend == "nccl" else "GLOO_SOCKET_IFNAME"
-        return {
-            "ip": _node_ip(),
-            "interface": os.environ.get(env_name, ""),
-            "gpu": int(gpu_ids[0]) if gpu_ids else -1,
-        }
+        if self.ip:  # local launcher
+            ip, gpu = self.ip, (self.device if self.backend == "nccl" else -1)
+        else:
+            import ray
+
+            gpu_ids = ray.get_gpu_ids() if self.backend == "nccl" else []
+            ip, gpu = _node_ip(), (int(gpu_ids[0]) if gpu_ids else -1)
+        return {"ip": ip, "interface": os.environ.get(env_name, ""), "gpu": gpu}
 
     def free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -97,14 +272,19 @@ class Member:
         import torch.distributed as dist
 
         self.rank, self.world = rank, world
+        kwargs: dict[str, Any] = {}
         if self.backend == "nccl":
-            torch.cuda.set_device(0)
+            torch.cuda.set_device(self.device)
+            # Binds the group to this GPU, so NCCL sets up its communicator here and now
+            # (a failure shows in the rendezvous phase, not in the first all-reduce).
+            kwargs["device_id"] = torch.device("cuda", self.device)
         dist.init_process_group(
             self.backend,
             init_method=init_method,
             world_size=world,
             rank=rank,
             timeout=timedelta(seconds=timeout_s),
+            **kwargs,
         )
         return True
 
@@ -139,6 +319,31 @@ class Member:
         elapsed = (time.perf_counter() - start) / max(1, iters)
         return {"time_s": elapsed, "wrong": wrong, "sample": sample, "expected": expected}
 
+    def health(self, matmul_n: int, copy_mib: int, iters: int) -> dict:
+        """bf16 matmul TFLOP/s and copy GB/s on this rank's GPU (random data, checked)."""
+        import torch
+
+        dev = torch.device("cuda", torch.cuda.current_device())
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "device": dev.index,
+            "name": torch.cuda.get_device_name(dev),
+            "matmul_n": matmul_n,
+            "copy_bytes": copy_mib * MIB,
+            "iters": iters,
+            "error": "",
+        }
+        try:
+            gen = torch.Generator(device=dev).manual_seed(1234 + max(self.rank, 0))
+            out.update(_measure_matmul(torch, dev, gen, matmul_n, iters))
+            out.update(_measure_copy(torch, dev, gen, copy_mib * MIB // 4, iters))
+        except Exception as exc:  # reported per GPU: the check names it
+            out["error"] = repr(exc)
+            out.setdefault("matmul_rel_err", float("nan"))
+            out.setdefault("copy_ok", False)
+        torch.cuda.empty_cache()
+        return out
+
     def leave(self) -> None:
         import torch.distributed as dist
 
@@ -146,18 +351,21 @@ class Member:
             dist.destroy_process_group()
 
 
-def _parse_sizes(text: str | None, backend: str) -> list[int]:
-    if not text:
-        text = "64,256,1024" if backend == "nccl" else "1,16,64"
-    sizes = [int(float(s) * MIB) for s in text.split(",") if s.strip()]
-    if not sizes or min(sizes) <= 0:
-        raise SystemExit(f"--sizes-mib needs positive sizes, got {text!r}")
-    return sizes
+def _want_health(args: argparse.Namespace, backend: str) -> bool:
+    return backend == "nccl" and args.health != "off"
 
 
-def _node_order() -> list[str]:
-    ips = os.environ.get("RLINFRA_NODE_IPS", "")
-    return [ip.strip() for ip in ips.splitlines() if ip.strip()]
+def _finish(
+    doc: dict[str, Any], problems: list[str], world: int, backend: str, health: bool
+) -> tuple[dict, int]:
+    doc["problems"] = problems
+    doc["notes"] = notes_for(world, backend, health)
+    doc["collective_env"] = collective_env()
+    doc["ok"] = not problems
+    return doc, (0 if not problems else 1)
+
+
+# ---- the Ray launcher ------------------------------------------------------------------------
 
 
 def check(args: argparse.Namespace) -> tuple[dict, int]:
@@ -198,6 +406,7 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if nodes and min(ray_gpus) > 0 else "gloo"
+    health = _want_health(args, backend)
 
     if backend == "nccl":
         bundles = [{"GPU": 1} for _ in range(sum(ray_gpus))]
@@ -225,6 +434,7 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         ).remote(backend)
         for i in range(len(bundles))
     ]
+    gpus: list[dict] = []
     try:
         places = ray.get([m.where.remote() for m in members], timeout=args.timeout_s)
         # Ranks in node order (head first), then GPU index.
@@ -244,29 +454,25 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         )
         phase("rendezvous")
         results, problems = [], []
-        for size in _parse_sizes(args.sizes_mib, backend):
+        for size in parse_sizes(args.sizes_mib, backend):
             per_rank = ray.get(
                 [m.run.remote(size, args.warmup, args.iters) for m in members],
                 timeout=args.timeout_s,
             )
-            for rank, res in enumerate(per_rank):
-                if res["wrong"]:
-                    problems.append(
-                        f"size {size} B: rank {rank} ({places[rank]['ip']}) has {res['wrong']} wrong "
-                        f"elements (e.g. {res['sample']}, expected {res['expected']})"
-                    )
-            time_s = max(r["time_s"] for r in per_rank)
-            algbw = size / time_s / 1e9
-            busbw = algbw * 2 * (world - 1) / world if world > 1 else 0.0
-            results.append(
-                {
-                    "size_bytes": size,
-                    "time_s": round(time_s, 6),
-                    "algbw_gbps": round(algbw, 4),
-                    "busbw_gbps": round(busbw, 4),
-                }
-            )
+            problems += wrong_sum_problems(size, per_rank, places)
+            results.append(bandwidth_row(size, max(r["time_s"] for r in per_rank), world))
         phase("all_reduce")
+        if health:
+            gpus = ray.get(
+                [m.health.remote(args.matmul_n, args.copy_mib, args.health_iters) for m in members],
+                timeout=args.timeout_s,
+            )
+            for g in gpus:
+                # The node's GPU index (Ray's id), not the actor's cuda:0.
+                g["ip"] = places[g["rank"]]["ip"]
+                g["device"] = places[g["rank"]]["gpu"]
+            problems += health_problems(gpus)
+            phase("gpu_health")
         ray.get([m.leave.remote() for m in members], timeout=60)
     finally:
         for m in members:
@@ -276,12 +482,12 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
     counts = ray.get(count_refs, timeout=args.timeout_s)
     phase("count_gpus")
     by_ip: dict[str, dict] = {}
-    for node, count, gpus in zip(nodes, counts, ray_gpus, strict=True):
+    for node, count, ngpus in zip(nodes, counts, ray_gpus, strict=True):
         ip = node["NodeManagerAddress"]
         by_ip[ip] = {
             "ip": ip,
             "gpus": count["gpus"],
-            "ray_gpus": gpus,
+            "ray_gpus": ngpus,
             "interface": "",
             "ranks": [],
         }
@@ -297,28 +503,190 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         if place["interface"] != entry["interface"]:
             problems.append(f"node {place['ip']}: ranks use different interfaces")
     doc = {
+        "launcher": "ray",
         "world_size": world,
         "backend": backend,
         "iters": args.iters,
         "results": results,
         "nodes": list(by_ip.values()),
-        "ok": not problems,
-        "problems": problems,
+        "gpus": gpus,
         "phases_s": phases,
     }
-    return doc, (0 if not problems else 1)
+    return _finish(doc, problems, world, backend, health)
+
+
+# ---- the local launcher ----------------------------------------------------------------------
+
+
+def _local_rank(
+    rank: int, world: int, backend: str, ip: str, init_method: str, args: dict, out: Any
+) -> None:
+    """One local rank: join, all-reduce every size, measure the GPU; report through `out`."""
+    report: dict[str, Any] = {"rank": rank}
+    try:
+        member = Member(backend, device=rank if backend == "nccl" else 0, ip=ip)
+        report["place"] = member.where()
+        member.join(init_method, world, rank, args["timeout_s"])
+        out.put({"rank": rank, "event": "joined"})
+        report["runs"] = [member.run(size, args["warmup"], args["iters"]) for size in args["sizes"]]
+        out.put({"rank": rank, "event": "ran"})
+        if args["health"]:
+            report["health"] = member.health(
+                args["matmul_n"], args["copy_mib"], args["health_iters"]
+            )
+        member.leave()
+    except BaseException as exc:  # reported to the parent, which names the rank
+        report["error"] = repr(exc)
+    out.put({"rank": rank, "event": "done", "report": report})
+
+
+def local_check(args: argparse.Namespace) -> tuple[dict, int]:
+    import multiprocessing
+
+    import torch
+
+    phases: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name] = round(now - mark, 3)
+        mark = now
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if visible > 0 else "gloo"
+    if backend == "nccl":
+        if visible == 0:
+            raise RuntimeError("--backend nccl needs a GPU, and torch sees none on this node")
+        world = args.local_ranks or visible
+        if world > visible:
+            # NCCL needs one GPU per rank: two ranks on one GPU is not a valid communicator.
+            raise RuntimeError(
+                f"--local-ranks {world} > {visible} GPU(s): NCCL needs a GPU per rank"
+            )
+    else:
+        world = args.local_ranks or 1
+    health = _want_health(args, backend)
+    ip = _node_ip_from_contract()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sizes = parse_sizes(args.sizes_mib, backend)
+    rank_args = {
+        "timeout_s": args.timeout_s,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "sizes": sizes,
+        "health": health,
+        "matmul_n": args.matmul_n,
+        "copy_mib": args.copy_mib,
+        "health_iters": args.health_iters,
+    }
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_local_rank,
+            args=(r, world, backend, ip, f"tcp://127.0.0.1:{port}", rank_args, out),
+            daemon=True,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    reports: dict[int, dict] = {}
+    seen: dict[str, set[int]] = {"joined": set(), "ran": set()}
+    deadline = time.monotonic() + args.timeout_s * (2 + len(sizes))
+    try:
+        while len(reports) < world:
+            try:
+                msg = out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                dead = [r for r in dead if r not in reports]
+                if dead:
+                    raise RuntimeError(
+                        f"local rank(s) {dead} died (exit {[procs[r].exitcode for r in dead]})"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"local ranks did not finish within {args.timeout_s} s per step "
+                        f"(joined: {sorted(seen['joined'])}, ran: {sorted(seen['ran'])})"
+                    ) from None
+                continue
+            if msg["event"] == "done":
+                reports[msg["rank"]] = msg["report"]
+            else:
+                seen[msg["event"]].add(msg["rank"])
+                if msg["event"] == "joined" and len(seen["joined"]) == world:
+                    phase("start_and_rendezvous")
+                if msg["event"] == "ran" and len(seen["ran"]) == world:
+                    phase("all_reduce")
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    if health:
+        phase("gpu_health")
+    errors = [
+        f"local rank {r}: {rep['error']}" for r, rep in sorted(reports.items()) if "error" in rep
+    ]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    places = [reports[r]["place"] for r in range(world)]
+    problems: list[str] = []
+    results = []
+    for i, size in enumerate(sizes):
+        per_rank = [reports[r]["runs"][i] for r in range(world)]
+        problems += wrong_sum_problems(size, per_rank, places)
+        results.append(bandwidth_row(size, max(r["time_s"] for r in per_rank), world))
+    gpus = []
+    if health:
+        for r in range(world):
+            g = reports[r]["health"]
+            g["ip"] = ip
+            gpus.append(g)
+        problems += health_problems(gpus)
+    interfaces = sorted({p["interface"] for p in places})
+    doc = {
+        "launcher": "local",
+        "host": socket.gethostname(),
+        "world_size": world,
+        "backend": backend,
+        "iters": args.iters,
+        "results": results,
+        "nodes": [
+            {"ip": ip, "gpus": visible, "interface": interfaces[0], "ranks": list(range(world))}
+        ],
+        "gpus": gpus,
+        "versions": _versions(),
+        "phases_s": phases,
+    }
+    return _finish(doc, problems, world, backend, health)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="All-reduce acceptance check for a Ray cluster.")
+    parser = argparse.ArgumentParser(description="All-reduce acceptance check.")
     parser.add_argument("--sizes-mib", default="", help="comma-separated message sizes in MiB")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
+    parser.add_argument("--launcher", choices=["ray", "local"], default="ray")
+    parser.add_argument(
+        "--local-ranks", type=int, default=0, help="local launcher: ranks (0: one per GPU, or 1)"
+    )
+    parser.add_argument("--health", choices=["auto", "off"], default="auto")
+    parser.add_argument("--matmul-n", type=int, default=8192, help="GPU health: matmul size")
+    parser.add_argument("--copy-mib", type=int, default=2048, help="GPU health: copy size")
+    parser.add_argument("--health-iters", type=int, default=20)
     args = parser.parse_args()
     try:
-        doc, status = check(args)
+        doc, status = local_check(args) if args.launcher == "local" else check(args)
     except Exception as exc:  # report, as JSON, why the check could not run
         doc, status = {"ok": False, "problems": [f"check could not run: {exc!r}"]}, 2
     print(json.dumps(doc))

@@ -70,7 +70,8 @@ def main() -> int:
     unsatisfied = []
     with open(sys.argv[1], encoding="utf-8") as handle:
         for raw in handle:
-            line = raw.split(" #")[0].strip()
+            # A lock line carries its hashes inline: "name==1.0 --hash=sha256:...".
+            line = raw.split(" #")[0].split(" --hash")[0].strip()
             if not line or line.startswith(("#", "-")):
                 continue
             why = _check(line, installed)

@@ -1,0 +1,527 @@
+"""Plan -> JobSpec: the exact commands of a profile's workload, decided without touching anything.
+
+``job_spec(plan)`` is pure and deterministic. It expands variables, adds the overrides rlinfra
+owns (checkpoint folder, resume, node and GPU counts from the plan), checks every override key
+and value against the pinned Verl release's config, refuses GPU programs on CPU profiles, and
+estimates GPU memory. Whatever submits the job (Ray's job API) takes the JobSpec as it is.
+
+Built-in variables (``${NAME}`` in override values, ``runtime_env``, ``model``, data and merge
+folders): see ``BUILTINS``. Secrets can never be referenced: they reach the job through its
+environment only, never its argv or metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rlinfra.errors import ProfileError, UsageError
+from rlinfra.workloads import memory
+from rlinfra.workloads.model import DATASET_SIZES, Inference, Workload
+from rlinfra.workloads.verl_config import VerlConfig, check_key, split_hydra_key, verl_config
+
+if TYPE_CHECKING:
+    from rlinfra.plan import Plan
+
+# Written last by the data converter; its presence means the data is complete in the bucket.
+DATA_DONE_MARKER = "_SUCCESS"
+
+BUILTINS: dict[str, str] = {
+    "NUM_NODES": "number of nodes (from the plan, after --num-nodes)",
+    "NUM_GPUS_PER_NODE": "GPUs per node (from the plan, after --accelerators)",
+    "CHECKPOINT_DIR": "mount path of the profile's first storage entry",
+    "DATA_DIR": "the workload's data folder (workload.data.dir)",
+    "MODEL": "workload.model, expanded",
+    "TOOL_CONFIG": "the search tool config file rlinfra writes (workloads with search_tool)",
+}
+
+PYTHON = "python3"
+TRAINERS: dict[str, tuple[str, ...]] = {
+    "verl": (PYTHON, "-m", "verl.trainer.main_ppo"),
+    "standin": (PYTHON, "-m", "rlinfra_node.standin_trainer"),
+}
+DATAPREP = (PYTHON, "-m", "rlinfra_node.dataprep")
+SEARCH_INFER = (PYTHON, "-m", "rlinfra_node.search_infer")
+AFTER_TRAINING = (PYTHON, "-m", "rlinfra_node.after_training")
+SEARCH_TOOL = (PYTHON, "-m", "rlinfra_node.search_tool")
+HF_CLI = "huggingface-cli"
+
+# Overrides rlinfra always sets from the plan; a different value in a profile is an error.
+FIXED_KEYS = (
+    "trainer.default_local_dir",
+    "trainer.resume_mode",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+)
+
+_VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
+_BARE_VAR = re.compile(r"\$(?!\{)([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command run on the head node before or after the training job; a non-zero exit
+    fails the run."""
+
+    name: str
+    argv: tuple[str, ...]
+    # Skip the step when this path (in the bucket) exists: the work is already there.
+    done_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything needed to submit a profile's workload as a Ray job. Holds no secret."""
+
+    workload_type: str
+    program: str
+    entrypoint: tuple[str, ...]
+    runtime_env_vars: dict[str, str]
+    data_steps: tuple[Step, ...]
+    after_steps: tuple[Step, ...]
+    submission_prefix: str
+    checkpoint_dir: str | None
+    verl_version: str
+    files: tuple[tuple[str, str], ...] = ()
+    # Run before the job (after data_steps): a service the job needs must answer.
+    probe_steps: tuple[Step, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The Hydra overrides of the entrypoint (``key=value`` items)."""
+        return tuple(a for a in self.entrypoint if not a.startswith("-") and "=" in a)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Expander:
+    """``${NAME}`` expansion with errors that name the profile field."""
+
+    def __init__(
+        self,
+        source: str,
+        variables: Mapping[str, str],
+        secrets: frozenset[str],
+        from_cli: frozenset[str],
+    ) -> None:
+        self.source = source
+        self.variables = dict(variables)
+        self.secrets = secrets
+        self.from_cli = from_cli
+
+    def __call__(self, text: str, where: str) -> str:
+        bare = _BARE_VAR.search(text)
+        if bare and bare.group(1).upper() == bare.group(1):
+            raise ProfileError(
+                self.source,
+                where,
+                f"${bare.group(1)} is not expanded",
+                f"Write ${{{bare.group(1)}}}.",
+            )
+
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in self.secrets:
+                raise ProfileError(
+                    self.source,
+                    where,
+                    f"${{{name}}} is a secret; secrets never go into commands or job metadata",
+                    "The job gets secrets in its environment: read them there.",
+                )
+            if name not in self.variables:
+                known = ", ".join(sorted(self.variables))
+                raise ProfileError(
+                    self.source, where, f"unknown variable ${{{name}}}", f"Known: {known}."
+                )
+            return self.variables[name]
+
+        return _VAR.sub(sub, text)
+
+    def origin(self, text: str) -> str:
+        """' (from --env X)' when a variable in ``text`` was set on the command line."""
+        names = [n for n in _VAR.findall(text) if n in self.from_cli]
+        return f" (from --env {', '.join(names)})" if names else ""
+
+
+def _gpu_refusal(plan: Plan, workload: Workload) -> ProfileError | None:
+    if workload.program != "verl" or plan.gpus_per_node > 0:
+        return None
+    why = (
+        "the local cloud has no GPUs"
+        if plan.cloud == "local"
+        else "this profile has no GPUs (resources.accelerators is unset)"
+    )
+    return ProfileError(
+        plan.source,
+        "workload.program",
+        f"program verl runs on GPUs, and {why}",
+        "Use program: standin on CPU clusters, or a profile with accelerators.",
+    )
+
+
+def _variables(plan: Plan, workload: Workload, expand: _Expander) -> None:
+    profile = plan.profile
+    for name in BUILTINS:
+        if name in profile.env:
+            raise ProfileError(
+                plan.source, f"env.{name}", f"{name} is set by rlinfra ({BUILTINS[name]})"
+            )
+    v = expand.variables
+    v["NUM_NODES"] = str(plan.num_nodes)
+    v["NUM_GPUS_PER_NODE"] = str(plan.gpus_per_node)
+    if profile.storage:
+        v["CHECKPOINT_DIR"] = profile.storage[0].mount_path
+    if workload.model is not None:
+        v["MODEL"] = expand(workload.model, "workload.model")
+    if workload.data is not None:
+        v["DATA_DIR"] = expand(workload.data.dir_or_default, "workload.data.dir")
+    training = workload.type != "search-inference"
+    if workload.search_tool is not None and training and "CHECKPOINT_DIR" in v:
+        v["TOOL_CONFIG"] = v["CHECKPOINT_DIR"] + "/rlinfra/search_tool_config.yaml"
+
+
+def _retrieval_url(workload: Workload, expand: _Expander, source: str) -> str:
+    assert workload.search_tool is not None
+    where = "workload.search_tool.url"
+    url = expand(workload.search_tool.url, where).rstrip("/")
+    url = url.removesuffix("/retrieve")
+    if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[^\s]*)?", url):
+        names = _VAR.findall(workload.search_tool.url)
+        shown = f"{url!r} is not an http(s) URL" if url else "is empty"
+        if names:
+            shown = f"{shown} (from ${{{names[0]}}})"
+            hint = f"Pass --env {names[0]}=http://HOST:PORT (the retrieval service)."
+        else:
+            hint = "Give http://HOST:PORT (the retrieval service)."
+        raise ProfileError(source, where, f"retrieval service URL {shown}", hint)
+    return url
+
+
+def search_tool_config(url: str, workload: Workload) -> str:
+    """Verl's tool config file for its search tool, pointed at ``url``/retrieve."""
+    import yaml
+
+    tool = workload.search_tool
+    assert tool is not None
+    doc = {
+        "tools": [
+            {
+                "class_name": "verl.tools.search_tool.SearchTool",
+                "config": {
+                    "type": "native",
+                    "retrieval_service_url": f"{url}/retrieve",
+                    "num_workers": tool.num_workers,
+                    "rate_limit": tool.rate_limit,
+                    "timeout": tool.timeout_s,
+                    "topk": tool.topk,
+                },
+                "tool_schema": {
+                    "type": "function",
+                    "function": {
+                        "name": "search",
+                        "description": "Searches for passages relevant to the given queries.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "query_list": {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "description": "Fully formed search queries; each gets "
+                                    "its own results.",
+                                }
+                            },
+                            "required": ["query_list"],
+                        },
+                    },
+                },
+            }
+        ]
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=100)
+
+
+def _overrides(
+    plan: Plan, workload: Workload, expand: _Expander, config: VerlConfig
+) -> dict[str, str]:
+    """The final, ordered overrides (profile's, then derived and fixed ones), validated."""
+    source = plan.source
+    out: dict[str, str] = {}
+    bare_seen: dict[str, str] = {}
+    for raw_key, raw_value in workload.overrides.items():
+        where = f"workload.overrides.{raw_key}"
+        key = expand(raw_key, where)
+        value = expand(raw_value, where)
+        bare = split_hydra_key(key)[1]
+        if bare in bare_seen:
+            raise ProfileError(source, where, f"{bare} is also given as {bare_seen[bare]}")
+        bare_seen[bare] = key
+        problem = check_key(config, key, value)
+        if problem is not None:
+            text, hint = problem
+            if key != raw_key:
+                text = f"{key} is {text}"
+            origin = expand.origin(raw_key + raw_value)
+            raise ProfileError(source, where, text + origin, hint)
+        out[key] = value
+
+    checkpoint = expand.variables["CHECKPOINT_DIR"]
+    derived: dict[str, str] = {}
+    model = expand.variables["MODEL"]
+    derived["actor_rollout_ref.model.path"] = model
+    estimator = out.get("algorithm.adv_estimator")
+    if workload.type in ("grpo", "search-grpo"):
+        derived["algorithm.adv_estimator"] = "grpo"
+    elif estimator is not None and estimator != "gae":
+        raise ProfileError(
+            source,
+            "workload.overrides.algorithm.adv_estimator",
+            f"a ppo workload uses gae, not {estimator}",
+            "Set workload.type: grpo for GRPO.",
+        )
+    if _uses_critic(workload, out):
+        derived["critic.model.path"] = model
+    if "TOOL_CONFIG" in expand.variables:
+        derived["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = expand.variables[
+            "TOOL_CONFIG"
+        ]
+    fixed = {
+        "trainer.default_local_dir": checkpoint,
+        "trainer.resume_mode": "auto",
+        "trainer.nnodes": str(plan.num_nodes),
+        "trainer.n_gpus_per_node": str(plan.gpus_per_node),
+    }
+    for key, wanted in {**derived, **fixed}.items():
+        given = out.get(key)
+        if given is None:
+            for prefix in ("+", "++"):
+                if prefix + key in out:
+                    given = out[prefix + key]
+        if given is None:
+            out[key] = wanted
+        elif given != wanted:
+            owner = "the plan" if key in fixed else "the workload"
+            raise ProfileError(
+                source,
+                f"workload.overrides.{key}",
+                f"is {given!r}{expand.origin(workload.overrides.get(key, ''))}, but rlinfra sets "
+                f"it to {wanted!r} from {owner}",
+                "Remove the override (rlinfra adds it).",
+            )
+    return out
+
+
+def _uses_critic(workload: Workload, overrides: Mapping[str, str]) -> bool:
+    enable = overrides.get("critic.enable")
+    if enable is not None and enable.lower() != "null":
+        return enable.lower() == "true"
+    return workload.type == "ppo"
+
+
+def _flag(overrides: Mapping[str, str], key: str) -> bool:
+    return overrides.get(key, "").strip().lower() == "true"
+
+
+def _memory_warning(plan: Plan, workload: Workload, overrides: Mapping[str, str]) -> str | None:
+    if plan.accelerator is None or workload.program != "verl":
+        return None
+    model = overrides.get("actor_rollout_ref.model.path", "")
+    params = memory.model_params_billion(model)
+    if params is None:
+        return None
+    est = memory.estimate(
+        overrides,
+        params,
+        plan.num_nodes * plan.gpus_per_node,
+        plan.accelerator.memory_gib,
+        with_critic=_uses_critic(workload, overrides),
+        with_ref=_flag(overrides, "actor_rollout_ref.actor.use_kl_loss")
+        or _flag(overrides, "algorithm.use_kl_in_reward"),
+    )
+    if not est.too_large:
+        return None
+    return (
+        f"{plan.source}: workload: {model} may not fit: {est.describe()}. Consider "
+        "actor_rollout_ref.actor.fsdp_config.param_offload/optimizer_offload=True, more GPUs, "
+        "or a smaller model."
+    )
+
+
+def _data_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
+    steps: list[Step] = []
+    data = workload.data
+    if data is not None:
+        out_dir = expand.variables["DATA_DIR"]
+        argv = [
+            *DATAPREP,
+            "--dataset",
+            data.dataset,
+            "--source",
+            expand(data.source_or_default, "workload.data.source"),
+            "--out",
+            out_dir,
+        ]
+        if data.dataset == "search-r1":
+            argv += ["--size", _size(data.size_or_default, expand)]
+        if data.data_files:
+            argv += ["--data-files", expand(data.data_files, "workload.data.data_files")]
+        steps.append(Step("dataprep", tuple(argv), done_marker=f"{out_dir}/{DATA_DONE_MARKER}"))
+    model = expand.variables.get("MODEL")
+    if workload.program == "verl" and model and not model.startswith(("/", ".")):
+        steps.append(Step("download-model", (HF_CLI, "download", model)))
+    return tuple(steps)
+
+
+def _size(raw: str, expand: _Expander) -> str:
+    size = expand(raw, "workload.data.size")
+    if size not in DATASET_SIZES:
+        raise ProfileError(
+            expand.source,
+            "workload.data.size",
+            f"{size!r}{expand.origin(raw)} is not a dataset size",
+            f"Give one of {', '.join(DATASET_SIZES)}.",
+        )
+    return size
+
+
+def _after_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
+    """Merge the latest checkpoint (rlinfra_node.after_training reads
+    latest_checkpointed_iteration.txt, runs Verl's model merger, and pushes to the Hub only when
+    HF_TOKEN is set in its environment; the token is never an argument)."""
+    merge = workload.after.merge
+    if merge is None:
+        return ()
+    checkpoint = expand.variables["CHECKPOINT_DIR"]
+    target = expand(merge.target_dir, "workload.after.merge.target_dir")
+    model = expand.variables.get("MODEL", "")
+    if merge.tie_word_embedding and model in memory.UNTIED_EMBEDDINGS:
+        raise ProfileError(
+            expand.source,
+            "workload.after.merge.tie_word_embedding",
+            f"{model} does not tie its word embeddings",
+            "Set tie_word_embedding: false.",
+        )
+    argv = [*AFTER_TRAINING, "--checkpoint-dir", checkpoint, "--target", target]
+    argv += ["--program", workload.program]
+    if merge.tie_word_embedding:
+        argv.append("--tie-word-embedding")
+    if workload.after.hf_upload:
+        repo = expand(workload.after.hf_upload, "workload.after.hf_upload")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+            raise ProfileError(
+                expand.source,
+                "workload.after.hf_upload",
+                f"{repo!r}{expand.origin(workload.after.hf_upload)} is not a Hub repo id (user/name)",
+            )
+        argv += ["--hf-upload-path", repo]
+    return (Step("merge", tuple(argv)),)
+
+
+def _inference_entrypoint(
+    workload: Workload, expand: _Expander, url: str | None
+) -> tuple[str, ...]:
+    inference = workload.inference or Inference()
+    argv = [
+        *SEARCH_INFER,
+        "--model",
+        expand(inference.model_path, "workload.inference.model_path"),
+        "--search",
+        inference.search,
+        "--max-turns",
+        str(inference.max_turns),
+    ]
+    if url is not None and workload.search_tool is not None:
+        argv += ["--retrieval-url", f"{url}/retrieve", "--topk", str(workload.search_tool.topk)]
+    return tuple(argv)
+
+
+def job_spec(plan: Plan) -> JobSpec:
+    """The workload of ``plan`` as a JobSpec. Raises ProfileError/UsageError; touches nothing."""
+    profile = plan.profile
+    workload = profile.workload
+    if workload is None:
+        raise UsageError(f"{plan.source}: workload: the profile has no workload to run")
+    refusal = _gpu_refusal(plan, workload)
+    if refusal is not None:
+        raise refusal
+    if workload.type == "search-inference":
+        inference = workload.inference or Inference()
+        if inference.search == "google":
+            for name in ("GOOGLE_API_KEY", "GOOGLE_CSE_ID"):
+                if profile.secrets.get(name) != "required":
+                    raise ProfileError(
+                        plan.source,
+                        "secrets",
+                        f"Google search needs {name} declared as a required secret",
+                        f"Add secrets: {{{name}: required}}.",
+                    )
+    if workload.type != "search-inference" and not profile.storage:
+        raise ProfileError(
+            plan.source,
+            "storage",
+            f"a {workload.type} workload keeps its checkpoints in a bucket; the profile has none",
+            "Add a storage entry (bucket, mount_path).",
+        )
+    from_cli = frozenset(
+        o.field.removeprefix("env.") for o in plan.overrides if o.field.startswith("env.")
+    )
+    expand = _Expander(plan.source, dict(profile.env), frozenset(profile.secrets), from_cli)
+    _variables(plan, workload, expand)
+    config = verl_config()
+
+    runtime_env: dict[str, str] = {}
+    for name, value in workload.runtime_env.items():
+        if name in profile.secrets:
+            raise ProfileError(
+                plan.source,
+                f"workload.runtime_env.{name}",
+                f"{name} is a secret; it reaches the job without being written here",
+            )
+        runtime_env[name] = expand(value, f"workload.runtime_env.{name}")
+
+    url = _retrieval_url(workload, expand, plan.source) if workload.search_tool else None
+    files: list[tuple[str, str]] = []
+    probes: list[Step] = []
+    if url is not None:
+        if "TOOL_CONFIG" in expand.variables:
+            files.append((expand.variables["TOOL_CONFIG"], search_tool_config(url, workload)))
+        assert workload.search_tool is not None
+        if workload.search_tool.probe:
+            # POST <url>/retrieve, 30 tries 5 s apart; no answer fails the run.
+            probe = (*SEARCH_TOOL, "probe", "--url", url, "--tries", "30", "--interval", "5")
+            probes.append(Step("probe-retrieval", probe))
+
+    warnings: list[str] = []
+    if workload.type == "search-inference":
+        entrypoint = _inference_entrypoint(workload, expand, url)
+    else:
+        overrides = _overrides(plan, workload, expand, config)
+        argv = list(TRAINERS[workload.program])
+        if workload.config_path:
+            argv.append(f"--config-path={expand(workload.config_path, 'workload.config_path')}")
+        if workload.config_name:
+            argv.append(f"--config-name={workload.config_name}")
+        for key, value in overrides.items():
+            argv.append(key if key.startswith("~") and value in ("", "null") else f"{key}={value}")
+        entrypoint = tuple(argv)
+        warning = _memory_warning(plan, workload, overrides)
+        if warning:
+            warnings.append(warning)
+
+    return JobSpec(
+        workload_type=workload.type,
+        program=workload.program,
+        entrypoint=entrypoint,
+        runtime_env_vars=dict(sorted(runtime_env.items())),
+        data_steps=_data_steps(workload, expand),
+        after_steps=_after_steps(workload, expand) if workload.type != "search-inference" else (),
+        submission_prefix=f"rlinfra-{plan.cluster}-{workload.type}",
+        checkpoint_dir=expand.variables.get("CHECKPOINT_DIR"),
+        verl_version=config.version,
+        files=tuple(files),
+        probe_steps=tuple(probes),
+        warnings=tuple(warnings),
+    )
