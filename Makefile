@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
-SYSTEM_PACKAGES := openssh-server iproute2 rclone fuse3
+SYSTEM_PACKAGES := openssh-server iproute2 rclone fuse3 curl
 STAMP := $(VENV)/.installed
 # The Verl release whose config rlinfra checks overrides against (rlinfra.workloads.verl_config).
 VERL_PIN := verl==0.6.0

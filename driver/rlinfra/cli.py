@@ -408,6 +408,11 @@ def status(
             _print_json(info)
         else:
             ui.out.print(info["url"])
+            if info.get("ray_token_file"):
+                ui.info(
+                    "Ray asks for the cluster's token (header 'Authorization: Bearer TOKEN'); "
+                    f"it is in {info['ray_token_file']}"
+                )
         return
     state = get_status(cluster)
     if json_out:

@@ -44,3 +44,8 @@ class Context:
     @property
     def ssh_private_key(self) -> Path:
         return self.deployment_dir / "ssh" / "id_ed25519"
+
+    @property
+    def ray_token_file(self) -> Path:
+        """The cluster's Ray token on this machine (see rlinfra.deploy.ensure_ray_token)."""
+        return self.deployment_dir / "secrets" / "ray_auth_token"

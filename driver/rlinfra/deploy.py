@@ -107,6 +107,31 @@ def ensure_ssh_key(folder: Path) -> str:
     return pub.read_text().strip()
 
 
+RAY_TOKEN_FILE = "secrets/ray_auth_token"
+
+
+def ensure_ray_token(folder: Path) -> Path:
+    """The cluster's Ray authentication token (made once, 0600); returns its path.
+
+    Every Ray server and client of the cluster runs with RAY_AUTH_MODE=token and reads this
+    token from a file (RAY_AUTH_TOKEN_PATH), so the value never appears in arguments, logs,
+    rendered files or job metadata.
+    """
+    import secrets
+
+    path = folder / RAY_TOKEN_FILE
+    if not path.is_file() or not path.read_text().strip():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        tmp.replace(path)
+    path.parent.chmod(0o700)
+    path.chmod(0o600)
+    return path
+
+
 # ---------------------------------------------------------------- record
 
 

@@ -20,8 +20,10 @@ from rlinfra import __version__, ui
 from rlinfra.clouds import cloud_module
 from rlinfra.context import Context, Controller, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import (
+    RAY_TOKEN_FILE,
     cluster_lock,
     deployment_dir,
+    ensure_ray_token,
     ensure_ssh_key,
     hosts_from_record,
     hosts_to_record,
@@ -108,6 +110,8 @@ def make_context(
     plan: Plan, folder: Path, home: Path, build: bool, task_id: str | None = None
 ) -> Context:
     record = read_record(folder) or {}
+    if build:
+        ensure_ray_token(folder)
     return Context(
         deployment_dir=folder,
         home=home,
@@ -480,8 +484,9 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
     """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only)."""
     from rlinfra.runners import ssh
 
+    # node.env carries the Ray token's settings (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH).
     command = (
-        f"/opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
+        f". {ssh.NODE_ENV} && /opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
         "--format json --filter state=ALIVE --limit 10000"
     )
     head = hosts[0]
@@ -512,12 +517,20 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
     """A URL for ``port`` on the head node that works from this machine.
 
     Direct when the port answers on the head's address; otherwise through an SSH tunnel that
-    rlinfra starts (and `down` stops).
+    rlinfra starts (and `down` stops). For Ray's dashboard (and job API) it also names the file
+    that holds the cluster's token, which they ask for (never the token itself).
     """
-    from rlinfra.runners import ssh
-
     folder, record = require_cluster(cluster)
     _require_ready(cluster, record)
+    info = _endpoint(folder, record, port)
+    if port == int((record.get("ray") or {}).get("dashboard_port", 8265)):
+        info["ray_token_file"] = str(folder / RAY_TOKEN_FILE)
+    return info
+
+
+def _endpoint(folder: Path, record: dict[str, Any], port: int) -> dict[str, Any]:
+    from rlinfra.runners import ssh
+
     head = hosts_from_record(record)[0]
     if ssh.port_open(head.ssh_host, port):
         return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}

@@ -107,6 +107,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "ray_cluster_client_server_port": ray.client_server_port,
         "ray_cluster_allow_public_dashboard": profile.network.allow_public,
         "ray_cluster_num_gpus": plan.gpus_per_node,
+        "ray_cluster_auth_token_src": str(ctx.ray_token_file),
         "acceptance_enabled": profile.check.enabled,
         "acceptance_min_busbw_gbps": profile.check.min_busbw_gbps,
         "acceptance_sizes_mib": list(profile.check.sizes_mib),

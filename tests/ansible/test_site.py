@@ -31,6 +31,10 @@ pytestmark = pytest.mark.slow
 
 ROLES = ["preflight", "base", "python_env", "network", "node_env", "ray_cluster", "acceptance"]
 RAY = "/opt/rlinfra/venv/bin/ray"
+NODE_ENV = "/opt/rlinfra/node.env"
+TOKEN_PATH = "/opt/rlinfra/ray/auth_token"
+# A canary: the cluster's Ray token must reach the nodes' token file and nowhere else.
+RAY_TOKEN = "rlt-ray-token-canary-5f0c9d2e7a41b3c8"
 TIMINGS: dict[str, float] = {}
 
 
@@ -41,7 +45,8 @@ def _explain(run: PlaybookRun) -> str:
 def _alive_ips(bed: Testbed) -> list[str]:
     out = bed.ssh(
         bed.nodes[0],
-        f"{RAY} list nodes --address http://127.0.0.1:8265 --format json --filter state=ALIVE",
+        f". {NODE_ENV} && {RAY} list nodes --address http://127.0.0.1:8265 --format json "
+        "--filter state=ALIVE",
     )
     assert out.returncode == 0, out.stderr
     return sorted(n["node_ip"] for n in json.loads(out.stdout))
@@ -82,9 +87,18 @@ def testbed() -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="session")
-def base_extravars(wheelhouse: Path) -> dict[str, Any]:
+def ray_token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("secrets") / "ray_auth_token"
+    path.write_text(RAY_TOKEN)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def base_extravars(wheelhouse: Path, ray_token_file: Path) -> dict[str, Any]:
     UV_CACHE.mkdir(parents=True, exist_ok=True)
     return {
+        "ray_cluster_auth_token_src": str(ray_token_file),
         "preflight_expected_num_nodes": 2,
         # The hosts share the machine's /etc and have no network: only packages already there.
         "base_manage_limits": False,
@@ -192,6 +206,40 @@ def test_ray_cluster_has_both_nodes_and_a_local_dashboard(
         environ = testbed.ssh(node, f"tr '\\0' '\\n' < /proc/{raylet}/environ").stdout.splitlines()
         assert f"RLINFRA_NODE_RANK={node.index}" in environ
         assert f"GLOO_SOCKET_IFNAME={NODE_IFACE}" in environ
+
+
+def test_ray_requires_the_cluster_token(testbed: Testbed, first_run: PlaybookRun) -> None:
+    assert first_run.rc == 0
+    for node in testbed.nodes:
+        mode = testbed.ssh(node, f"stat -c '%a %U' {TOKEN_PATH}").stdout.split()
+        assert mode == ["600", "root"], mode
+        assert testbed.ssh(node, f"cat {TOKEN_PATH}").stdout.strip() == RAY_TOKEN
+        env = testbed.ssh(node, f". {NODE_ENV} && env").stdout.splitlines()
+        assert "RAY_AUTH_MODE=token" in env and f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}" in env
+    head = testbed.nodes[0]
+    address = f"{head.ip}:6379"
+    # With the cluster's token the GCS answers; with another token, or none, it refuses, so a
+    # stray ~/.ray/auth_token or a client outside the cluster cannot reach it.
+    ok = testbed.ssh(head, f". {NODE_ENV} && timeout 30 {RAY} health-check --address {address}")
+    assert ok.returncode == 0, ok.stderr
+    wrong = testbed.ssh(
+        head,
+        f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN=not-the-token timeout 30 {RAY} health-check "
+        f"--address {address}",
+    )
+    assert wrong.returncode != 0
+    assert "auth" in (wrong.stdout + wrong.stderr).lower()
+    # The dashboard's HTTP API asks for the token as well.
+    api = "http://127.0.0.1:8265/api/version"
+    code = "curl -s -o /dev/null -w '%{http_code}' "
+    assert testbed.ssh(head, code + api).stdout.strip() == "401"
+    authorized = testbed.ssh(
+        head, code + f'-H "Authorization: Bearer $(cat {TOKEN_PATH})" ' + api
+    ).stdout.strip()
+    assert authorized == "200"
+    # The token never shows in Ansible's output or its event data.
+    assert RAY_TOKEN not in first_run.stdout
+    assert RAY_TOKEN not in json.dumps(first_run.events)
 
 
 def test_acceptance_result(

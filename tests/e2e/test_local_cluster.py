@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -257,7 +258,18 @@ def test_dashboard_endpoint_through_ssh_tunnel(cluster: Cluster) -> None:
     info = cluster.json("status", cluster.name, "--endpoint", "8265")
     assert info["via"] == "ssh-tunnel"  # the dashboard listens on the head's loopback only
     url = str(info["url"])
-    with urllib.request.urlopen(f"{url}/api/version", timeout=20) as response:
+    # Ray's token authentication is on: without the cluster's token the job API refuses.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{url}/api/version", timeout=20)
+    assert refused.value.code == 401
+    token_file = Path(str(info["ray_token_file"]))
+    assert token_file.parent.parent == cluster.home / "clusters" / cluster.name
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    request = urllib.request.Request(
+        f"{url}/api/version",
+        headers={"Authorization": f"Bearer {token_file.read_text().strip()}"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as response:
         assert response.status == 200
     again = cluster.json("status", cluster.name, "--endpoint", "8265")
     assert again["url"] == url

@@ -157,3 +157,17 @@ def test_inventory_head_first() -> None:
     assert head["ansible_ssh_private_key_file"] == "/srv/rlinfra/clusters/local/ssh/id_ed25519"
     with pytest.raises(ValueError, match="reported 2 hosts, the plan has 3"):
         render_inventory(plan, hosts[:2], fixed_context())
+
+
+def test_ray_token_is_made_once_private_and_never_rendered(tmp_path: Path) -> None:
+    from rlinfra.deploy import ensure_ray_token
+
+    path = ensure_ray_token(tmp_path)
+    token = path.read_text()
+    assert len(token) == 64 and int(token, 16) >= 0
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert ensure_ray_token(tmp_path) == path and path.read_text() == token  # kept on re-runs
+    files = render(local_plan(), fixed_context())
+    assert files["ansible/vars.yml"].count("ray_cluster_auth_token_src:") == 1
+    assert not any(token in text for text in files.values())
