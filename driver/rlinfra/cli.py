@@ -317,9 +317,19 @@ def up(
         bool,
         typer.Option("--from-plan", help="Apply the plan saved by `plan --terraform`, exactly."),
     ] = False,
+    no_run: Annotated[
+        bool,
+        typer.Option(
+            "--no-run", help="Do not submit the profile's workload once the cluster is up."
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Create the cluster (or converge it), configure every node, form Ray, run the check."""
+    """Create the cluster (or converge it), configure every node, form Ray, run the check.
+
+    A profile with a workload then gets it submitted as a Ray job (not while one of its jobs
+    still runs); follow it with `rlinfra logs CLUSTER --follow`.
+    """
     from rlinfra.pipeline import prepare
     from rlinfra.pipeline import up as run_up
 
@@ -339,6 +349,9 @@ def up(
         run_check=not no_check,
         stop_after="infrastructure" if infra_only else None,
     )
+    job = None
+    if the_plan.profile.workload is not None and not infra_only and not no_run:
+        job = _submit_unless_running(the_plan, secrets)
     if json_out:
         _print_json(
             {
@@ -347,6 +360,7 @@ def up(
                 "terraform_changed": result.terraform_changed,
                 "ansible_changed": result.ansible_changed,
                 "check": result.check,
+                "job": job,
             }
         )
         return
@@ -357,6 +371,24 @@ def up(
     if result.check:
         _print_check(result.check)
     ui.out.print(f"next: rlinfra status {result.cluster} | rlinfra exec {result.cluster} -- CMD")
+
+
+def _submit_unless_running(the_plan: Any, secrets: dict[str, str]) -> str | None:
+    """Submit the plan's workload, unless a job of this cluster is still pending or running."""
+    from rlinfra import jobs
+    from rlinfra.workloads.spec import job_spec
+
+    spec = job_spec(the_plan)
+    for job in jobs.list_jobs(the_plan.cluster):
+        if job["status"] not in jobs.TERMINAL and str(job["submission_id"]).startswith(
+            spec.submission_prefix
+        ):
+            ui.info(f"job {job['submission_id']} is still {job['status']}: not submitting another")
+            return str(job["submission_id"])
+    submitted = jobs.submit(the_plan.cluster, spec, secrets)
+    ui.info(f"submitted job {submitted.submission_id}")
+    ui.info(f"follow it: rlinfra logs {the_plan.cluster} --follow")
+    return submitted.submission_id
 
 
 def _print_check(result: dict[str, Any]) -> None:
@@ -370,6 +402,73 @@ def _print_check(result: dict[str, Any]) -> None:
             f"  {row['size_bytes'] / 2**20:>8.0f} MiB  {row['time_s'] * 1e3:>9.2f} ms  "
             + (f"busbw {busbw:.3f} GB/s" if busbw is not None else "busbw n/a (one rank)")
         )
+
+
+@app.command()
+def run(
+    cluster: ClusterArg,
+    env: EnvOpt = None,
+    secret: SecretOpt = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream the job's log until it ends.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Submit the profile's workload to a running cluster as a Ray job (no re-provisioning).
+
+    `--env NAME=VALUE` changes the workload's variables for this run only (e.g. TOTAL_EPOCHS);
+    the job resumes from the latest checkpoint in the bucket.
+    """
+    from rlinfra import jobs
+    from rlinfra.deploy import require_cluster
+    from rlinfra.pipeline import prepare, report_overrides
+    from rlinfra.workloads.spec import job_spec
+
+    _, record = require_cluster(cluster)
+    the_plan, secrets = prepare(_request(None, cluster, None, env, secret, None), os.environ)
+    if record.get("num_nodes") not in (None, the_plan.num_nodes):
+        # The cluster was made with --num-nodes: the job runs on the nodes it has.
+        the_plan, secrets = prepare(
+            _request(None, cluster, record["num_nodes"], env, secret, None), os.environ
+        )
+    if the_plan.profile.workload is None:
+        raise UsageError(
+            f"{the_plan.source}: workload: the profile of {cluster!r} has no workload to run"
+        )
+    report_overrides(the_plan)
+    submitted = jobs.submit(cluster, job_spec(the_plan), secrets)
+    state = jobs.follow(cluster, submitted.submission_id) if follow else "SUBMITTED"
+    if json_out:
+        _print_json({"submission_id": submitted.submission_id, "status": state})
+    else:
+        ui.info(f"job {submitted.submission_id}: {state}")
+        if not follow:
+            ui.info(f"follow it: rlinfra logs {cluster} --follow")
+    if state in ("FAILED", "STOPPED"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def logs(
+    cluster: ClusterArg,
+    job: Annotated[
+        str | None, typer.Option("--job", help="Submission id (default: the latest job).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep streaming until the job ends.")
+    ] = False,
+) -> None:
+    """Print a job's log (the latest job of the cluster by default)."""
+    from rlinfra import jobs
+
+    job_id = job or jobs.latest_job(cluster)
+    if follow:
+        state = jobs.follow(cluster, job_id)
+        ui.info(f"job {job_id}: {state}")
+        if state in ("FAILED", "STOPPED"):
+            raise typer.Exit(1)
+        return
+    ui.out.print(jobs.job_logs(cluster, job_id), end="", markup=False, highlight=False)
 
 
 @app.command()
@@ -435,6 +534,10 @@ def status(
             ui.out.print(f"  ray: not reachable ({ray.get('error')})")
     for bucket in state["buckets"]:
         ui.out.print(f"  bucket {bucket}")
+    for job in state.get("jobs") or []:
+        ui.out.print(f"  job {job['submission_id']}: {job['status']}")
+    if state.get("jobs_error"):
+        ui.out.print(f"  jobs: not readable ({state['jobs_error']})")
 
 
 def _node(cluster: str, node: int) -> tuple[Path, Any]:

@@ -270,7 +270,7 @@ def up(
     with cluster_lock(folder, "up"):
         ctx = make_context(plan, folder, home, build=True)
         if hasattr(cloud, "check_context"):
-            cloud.check_context(ctx)
+            cloud.check_context(plan, ctx)
         files = render(plan, ctx)
         if from_plan:
             saved = folder / "plan-digest.txt"
@@ -477,6 +477,13 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         out["ray"] = ray_state(
             folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265))
         )
+        if out["ray"].get("reachable") and record.get("stage") == "ready" and record.get("jobs"):
+            from rlinfra import jobs
+
+            try:
+                out["jobs"] = jobs.list_jobs(record["cluster"])
+            except (OperationError, subprocess.TimeoutExpired) as exc:
+                out["jobs_error"] = str(exc)
     return out
 
 

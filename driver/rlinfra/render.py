@@ -100,6 +100,10 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "node_env_task_id": ctx.task_id,
         "node_env_gpus_per_node": plan.gpus_per_node,
         "node_env_extra": dict(sorted(profile.env.items())),
+        "storage_mounts": [
+            {"bucket": item.bucket, "mount_path": item.mount_path, "mode": item.mode}
+            for item in profile.storage
+        ],
         "ray_cluster_head_port": ray.head_port,
         "ray_cluster_dashboard_port": ray.dashboard_port,
         "ray_cluster_dashboard_host": ray.dashboard_host,

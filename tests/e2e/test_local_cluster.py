@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -113,7 +115,9 @@ def leftovers(name: str) -> list[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    home = tmp_path_factory.mktemp("home")
+    # Local hosts replace /tmp with their own: rlinfra's home, whose buckets they mount, lives
+    # under /var/tmp.
+    home = Path(tempfile.mkdtemp(prefix=f"rlinfra-{name}-", dir="/var/tmp"))
     env = dict(os.environ)
     env.update(
         RLINFRA_HOME=str(home),
@@ -136,6 +140,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 env=env,
                 capture_output=True,
             )
+        if not leftovers(name):
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def test_up_interrupted_then_converges(cluster: Cluster) -> None:
@@ -235,8 +241,110 @@ def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
     assert failing.returncode == 7
 
 
+BUCKET = "rlinfra-local-checkpoints"
+CANARY = "wandb-canary-7d41c9e2b8f05a63"
+
+
+def test_training_job_writes_checkpoints_to_the_bucket(cluster: Cluster) -> None:
+    """`up` submitted the profile's job (the PPO path with the CPU stand-in for Verl's
+    trainer and merger); its log, state and checkpoints are real."""
+    follow = cluster.run("logs", cluster.name, "--follow", timeout=900)
+    log = follow.stdout
+    assert "job_runner: dataprep done" in log or "dataprep: already done" in log, log
+    assert "standin_trainer: data.train_files: 36 rows" in log, log
+    assert "standin_trainer: saved global_step_4" in log, log
+    assert "job_runner: merge done" in log, log
+    # Both nodes computed gradients (one Ray task per node).
+    assert "/0" in log.split("step:1 ")[1].split("\n")[0]
+    assert "/1" in log.split("step:1 ")[1].split("\n")[0]
+    jobs = cluster.json("status", cluster.name)["jobs"]
+    assert isinstance(jobs, list) and jobs[-1]["status"] == "SUCCEEDED", jobs
+    bucket = cluster.home / "buckets" / BUCKET
+    assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert (bucket / "global_step_2" / "actor" / "model.pt").is_file()
+    assert (bucket / "global_step_4" / "actor" / "model.pt").is_file()
+    assert (bucket / "data" / "gsm8k" / "_SUCCESS").is_file()
+    merged = json.loads((bucket / "hf_model" / ".rlinfra-merge.json").read_text())
+    assert merged["step"] == 4
+    # Each node sees the bucket itself at /checkpoints (a mount, not a copy).
+    for rank in (0, 1):
+        seen = cluster.run(
+            "exec",
+            cluster.name,
+            "--node",
+            str(rank),
+            "--",
+            "cat /checkpoints/latest_checkpointed_iteration.txt",
+        )
+        assert seen.stdout.strip() == "4"
+
+
+def test_rerun_with_new_env_resumes_and_keeps_the_secret_private(cluster: Cluster) -> None:
+    """`run --env TOTAL_EPOCHS=2` on the live cluster resumes from step 4; a secret given with
+    --secret reaches the job's environment and nothing else."""
+    env = dict(cluster.env, WANDB_API_KEY=CANARY)
+    submitted = subprocess.run(
+        [
+            RLINFRA,
+            "run",
+            cluster.name,
+            "--env",
+            "TOTAL_EPOCHS=2",
+            "--secret",
+            "WANDB_API_KEY",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "override env.TOTAL_EPOCHS: 1 -> 2" in submitted.stderr
+    job_id = json.loads(submitted.stdout)["submission_id"]
+    seen_ps = []
+    for _ in range(5):
+        ps = cluster.run("exec", cluster.name, "--all", "--", "ps -eo args")
+        seen_ps.append(ps.stdout + ps.stderr)
+        time.sleep(1)
+    follow = cluster.run("logs", cluster.name, "--job", job_id, "--follow", timeout=900)
+    log = follow.stdout
+    assert "standin_trainer: resumed from step 4" in log, log
+    assert "standin_trainer: secrets in the environment: WANDB_API_KEY" in log, log
+    assert "dataprep: already done" in log, log
+    assert "standin_trainer: saved global_step_8" in log, log
+    bucket = cluster.home / "buckets" / BUCKET
+    assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "8"
+    assert json.loads((bucket / "hf_model" / ".rlinfra-merge.json").read_text())["step"] == 8
+    # The canary is nowhere: not in rlinfra's output, the job's log, its metadata or runtime
+    # env, `ps` on the nodes, the deployment folder (Terraform state, Ansible artifacts), the
+    # job's folder on the head.
+    details = cluster.run(
+        "exec",
+        cluster.name,
+        "--",
+        "ray list jobs --address http://127.0.0.1:8265 --detail --format json",
+    ).stdout
+    assert job_id in details
+    left_on_head = cluster.run(
+        "exec",
+        cluster.name,
+        "--",
+        f"ls /opt/rlinfra/jobs/{job_id}; "
+        f"grep -rl {CANARY} /opt/rlinfra /tmp/ray/session_latest/logs || true",
+    ).stdout
+    assert "secrets.env" not in left_on_head and "spec.json" in left_on_head
+    texts = [submitted.stdout, submitted.stderr, log, details, left_on_head, *seen_ps]
+    assert all(CANARY not in text for text in texts)
+    found = subprocess.run(
+        ["grep", "-rl", CANARY, str(cluster.home)], capture_output=True, text=True
+    )
+    assert found.stdout == "", found.stdout
+
+
 def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Cluster) -> None:
-    argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--json"]
+    argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run", "--json"]
     proc = subprocess.Popen(
         argv, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -292,7 +400,7 @@ def test_ray_stopped_on_worker_is_healed_by_up(cluster: Cluster) -> None:
             break
         time.sleep(3)
     assert ray.get("missing_nodes") == [f"{cluster.name}-1"], ray
-    result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check")
+    result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run")
     assert result["terraform_changed"] is False
     assert isinstance(result["ansible_changed"], int) and result["ansible_changed"] > 0
     ray = cluster.json("status", cluster.name)["ray"]  # type: ignore[assignment]

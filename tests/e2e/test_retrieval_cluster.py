@@ -70,11 +70,11 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     import sys
 
     name = f"e2e-r{uuid.uuid4().hex[:5]}"
-    home = tmp_path_factory.mktemp("home")
-    # Local hosts see this machine's files except /opt and /tmp: the corpus and the data folder
-    # (the bucket's stand-in until buckets are mounted on local hosts) live under /var/tmp.
+    # Local hosts see this machine's files except /opt and /tmp: rlinfra's home (whose buckets
+    # the hosts mount), the corpus and the data folder live under /var/tmp.
     shared = Path(f"/var/tmp/rlinfra-e2e-retrieval-{name}")
     shared.mkdir(parents=True)
+    home = shared / "home"
     rows = [{"id": f"k{i}", "contents": f"{t}\n{x}"} for i, (t, x) in enumerate(KNOWN.items())]
     rows += sample.passages(300, seed=3)
     (shared / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

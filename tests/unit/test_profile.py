@@ -144,13 +144,14 @@ def test_unknown_profile_lists_known() -> None:
 def test_overrides_are_reported_against_file_values() -> None:
     profile, source = load_profile("local")
     new, changes = apply_overrides(
-        profile, Overrides(num_nodes=3, env={"TOTAL_EPOCHS": "10"}), source
+        profile, Overrides(num_nodes=3, env={"TOTAL_EPOCHS": "10", "MODEL_NAME": "m"}), source
     )
     assert new.resources.num_nodes == 3
     assert new.env["TOTAL_EPOCHS"] == "10"
     assert [(c.field, c.old, c.new) for c in changes] == [
         ("resources.num_nodes", "2", "3"),
-        ("env.TOTAL_EPOCHS", "unset", "10"),
+        ("env.TOTAL_EPOCHS", "1", "10"),
+        ("env.MODEL_NAME", "unset", "m"),
     ]
 
 

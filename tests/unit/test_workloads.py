@@ -457,7 +457,8 @@ def test_render_writes_job_json_equal_to_the_spec() -> None:
     plan = plan_of("h100x1-ppo")
     files = render(plan, fixed_context())
     assert json.loads(files["job.json"]) == json.loads(json.dumps(job_spec(plan).to_json()))
-    assert "job.json" not in render(plan_of_local(), fixed_context())
+    assert "job.json" in render(plan_of_local(), fixed_context())  # its stand-in PPO job
+    assert "job.json" not in render(plan_of("retrieval-local"), fixed_context())
 
 
 def plan_of_local() -> Plan:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from rlinfra.context import Context
@@ -36,7 +37,7 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
     if plan.storage_buckets:
         out["storage"] = {
             "buckets": plan.storage_buckets,
-            "bucket_root": str(ctx.home / "buckets"),
+            "bucket_root": str(bucket_root(ctx)),
         }
     return out
 
@@ -51,7 +52,14 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "base_manage_limits": False,
         "python_env_python": ctx.controller.system_python if python == "system" else python,
         "python_env_cache_dir": str(ctx.cache / "uv"),
+        "storage_backend": "local",
+        "storage_local_root": str(bucket_root(ctx)),
     }
+
+
+def bucket_root(ctx: Context) -> Path:
+    """Where the local buckets live (folders, one per bucket), seen by every local host."""
+    return ctx.home / "buckets"
 
 
 def preflight(plan: Plan) -> None:
@@ -73,12 +81,15 @@ def preflight(plan: Plan) -> None:
         )
 
 
-def check_context(ctx: Context) -> None:
+def check_context(plan: Plan, ctx: Context) -> None:
     """Hosts have their own /tmp: what they read from the controller must live elsewhere."""
-    for label, path in (
+    paths: list[tuple[str, Path | str | None]] = [
         ("RLINFRA_CACHE (wheelhouse, uv cache)", ctx.cache),
         ("software.wheelhouse", ctx.controller.wheelhouse),
-    ):
+    ]
+    if plan.profile.storage:
+        paths.append(("the local buckets (RLINFRA_HOME/buckets)", bucket_root(ctx)))
+    for label, path in paths:
         if path is not None and str(path).rstrip("/").split("/")[1:2] == ["tmp"]:
             raise UsageError(
                 f"{label} is under /tmp ({path}), which every local host replaces with its own",

@@ -42,15 +42,35 @@ def remote_command(command: str) -> str:
 
 
 def run(
-    folder: Path, host: Host, command: str, capture: bool = False, timeout: float | None = None
+    folder: Path,
+    host: Host,
+    command: str,
+    capture: bool = False,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """Run ``command`` on ``host``; ``stdin`` (bytes) is how secrets travel: never in argv."""
+    if stdin is None:
+        return subprocess.run(
+            [*ssh_argv(folder, host), remote_command(command)],
+            capture_output=capture,
+            text=True,
+            check=False,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    raw = subprocess.run(
         [*ssh_argv(folder, host), remote_command(command)],
         capture_output=capture,
-        text=True,
         check=False,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
+        input=stdin,
+    )
+    return subprocess.CompletedProcess(
+        raw.args,
+        raw.returncode,
+        raw.stdout.decode(errors="replace") if raw.stdout is not None else None,
+        raw.stderr.decode(errors="replace") if raw.stderr is not None else None,
     )
 
 

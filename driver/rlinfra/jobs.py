@@ -1,0 +1,219 @@
+"""A profile's workload as a Ray job on a running cluster: submit, follow, list.
+
+The job is submitted to the cluster's job API on the head node (`ray job submit`, run over SSH
+with the cluster's token), never through a hand-kept SSH session: Ray runs and supervises it,
+and its logs and state stay with the cluster. What travels to the head, in one tar on SSH's
+standard input (never in arguments): the JobSpec (no secret in it), the node-side package
+(``rlinfra_node``, the job's working dir, so every node imports the same code) and, when the
+run has secrets, a 0600 file of them that the job's entrypoint reads and deletes at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import shlex
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlinfra import ui
+from rlinfra.deploy import hosts_from_record, require_cluster, update_record
+from rlinfra.errors import OperationError, UsageError
+from rlinfra.render import Host
+from rlinfra.workloads.spec import JobSpec
+
+JOBS_DIR = "/opt/rlinfra/jobs"
+# The node venv's interpreter (python_env_venv): the job runner, and the steps it starts, use it.
+NODE_PYTHON = "/opt/rlinfra/venv/bin/python"
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+@dataclass(frozen=True)
+class Submitted:
+    submission_id: str
+    entrypoint: str
+
+
+def _dashboard(record: dict[str, Any]) -> str:
+    port = int((record.get("ray") or {}).get("dashboard_port", 8265))
+    return f"http://127.0.0.1:{port}"
+
+
+def _ready(cluster: str) -> tuple[Path, dict[str, Any], Host]:
+    folder, record = require_cluster(cluster)
+    if record.get("stage") != "ready":
+        raise UsageError(
+            f"cluster {cluster!r} is not ready (stage: {record.get('stage')})",
+            f"Bring it up first: rlinfra up --cluster {cluster}",
+        )
+    hosts = hosts_from_record(record)
+    if not hosts:
+        raise UsageError(f"cluster {cluster!r} has no nodes")
+    return folder, record, hosts[0]
+
+
+def submission_id(spec: JobSpec, now: dt.datetime | None = None) -> str:
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return f"{spec.submission_prefix}-{stamp}"
+
+
+def bundle(spec: JobSpec, secrets: dict[str, str], package: Path) -> bytes:
+    """The tar sent to the head: spec.json, work/rlinfra_node/..., and secrets.env (0600)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+
+        def add(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = mode
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+
+        add("spec.json", (json.dumps(spec.to_json(), indent=2) + "\n").encode())
+        for path in sorted(package.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+                continue
+            rel = path.relative_to(package.parent).as_posix()
+            add(f"work/{rel}", path.read_bytes())
+        if secrets:
+            for name, value in secrets.items():
+                if "\n" in value or "\r" in value:
+                    raise UsageError(
+                        f"--secret {name}: the value spans lines, which is not allowed"
+                    )
+            text = "".join(f"{name}={value}\n" for name, value in sorted(secrets.items()))
+            add("secrets.env", text.encode(), mode=0o600)
+    return out.getvalue()
+
+
+def submit(cluster: str, spec: JobSpec, secrets: dict[str, str]) -> Submitted:
+    """Send the job's files to the head and submit it to Ray's job API (not waiting for it)."""
+    import rlinfra_node
+    from rlinfra.runners import ssh
+
+    folder, record, head = _ready(cluster)
+    job_id = submission_id(spec)
+    where = f"{JOBS_DIR}/{job_id}"
+    package = Path(rlinfra_node.__file__).parent
+    sent = ssh.run(
+        folder,
+        head,
+        f"umask 077 && mkdir -p {where} && tar -xzf - -C {where} --no-same-owner",
+        capture=True,
+        timeout=120,
+        stdin=bundle(spec, secrets, package),
+    )
+    if sent.returncode != 0:
+        raise OperationError(f"could not send the job to {head.name}: {sent.stderr.strip()}")
+    runner = [NODE_PYTHON, "-m", "rlinfra_node.job_runner", "--spec", f"{where}/spec.json"]
+    if secrets:
+        runner += ["--secrets", f"{where}/secrets.env"]
+    runtime_env = {"env_vars": dict(spec.runtime_env_vars)}
+    command = shlex.join(
+        [
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            _dashboard(record),
+            "--no-wait",
+            "--submission-id",
+            job_id,
+            "--working-dir",
+            f"{where}/work",
+            "--runtime-env-json",
+            json.dumps(runtime_env, sort_keys=True),
+            "--metadata-json",
+            json.dumps({"rlinfra_cluster": cluster, "workload": spec.workload_type}),
+            "--",
+            *runner,
+        ]
+    )
+    result = ssh.run(folder, head, command, capture=True, timeout=180)
+    if result.returncode != 0:
+        ssh.run(folder, head, f"rm -f {where}/secrets.env", capture=True, timeout=60)
+        tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
+        raise OperationError(f"Ray refused the job: {' '.join(tail)}")
+    jobs = list(record.get("jobs") or [])
+    jobs.append({"submission_id": job_id, "workload": spec.workload_type})
+    update_record(folder, jobs=jobs[-20:])
+    return Submitted(job_id, shlex.join(runner))
+
+
+def latest_job(cluster: str) -> str:
+    _, record = require_cluster(cluster)
+    jobs = record.get("jobs") or []
+    if not jobs:
+        raise UsageError(f"cluster {cluster!r} has run no job", f"Start one: rlinfra run {cluster}")
+    return str(jobs[-1]["submission_id"])
+
+
+def _ray_job(cluster: str, *args: str, timeout: float = 120) -> str:
+    from rlinfra.runners import ssh
+
+    folder, record, head = _ready(cluster)
+    command = shlex.join(["ray", "job", *args, "--address", _dashboard(record)])
+    result = ssh.run(folder, head, command, capture=True, timeout=timeout)
+    if result.returncode != 0:
+        tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-2:]
+        raise OperationError(f"ray job {args[0]} failed on {head.name}: {' '.join(tail)}")
+    return result.stdout
+
+
+def job_status(cluster: str, job_id: str) -> str:
+    """PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED (from Ray's state API)."""
+    for job in list_jobs(cluster):
+        if job["submission_id"] == job_id:
+            return str(job["status"])
+    raise UsageError(f"cluster {cluster!r} has no job {job_id!r}")
+
+
+def job_logs(cluster: str, job_id: str) -> str:
+    return _ray_job(cluster, "logs", job_id, timeout=300)
+
+
+def list_jobs(cluster: str) -> list[dict[str, Any]]:
+    """Every job of the cluster, from Ray's state API: id, status, entrypoint, times."""
+    from rlinfra.runners import ssh
+
+    folder, record, head = _ready(cluster)
+    command = shlex.join(
+        ["ray", "list", "jobs", "--address", _dashboard(record), "--format", "json", "--detail"]
+    )
+    result = ssh.run(folder, head, command, capture=True, timeout=120)
+    if result.returncode != 0:
+        raise OperationError(f"could not list the jobs of {cluster!r}: {result.stderr.strip()}")
+    text = result.stdout
+    items = json.loads(text[text.index("[") :]) if "[" in text else []
+    return [
+        {
+            "submission_id": item.get("submission_id"),
+            "status": item.get("status"),
+            "entrypoint": item.get("entrypoint"),
+            "start_time": item.get("start_time"),
+            "end_time": item.get("end_time"),
+        }
+        for item in items
+        if item.get("submission_id")
+    ]
+
+
+def follow(cluster: str, job_id: str, poll_s: float = 2.0, timeout_s: float | None = None) -> str:
+    """Print the job's log as it grows until it ends; returns its final state."""
+    shown = 0
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        state = job_status(cluster, job_id)
+        text = job_logs(cluster, job_id)
+        if len(text) > shown:
+            ui.out.print(text[shown:], end="", markup=False, highlight=False)
+            shown = len(text)
+        if state in TERMINAL:
+            return state
+        if deadline is not None and time.monotonic() > deadline:
+            raise OperationError(f"job {job_id} still {state} after {timeout_s:.0f} s")
+        time.sleep(poll_s)

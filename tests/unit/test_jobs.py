@@ -1,0 +1,181 @@
+"""The job path's pure parts: the bundle sent to the head, the node-side runner, the stand-ins."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from rlinfra.errors import UsageError
+from rlinfra.jobs import bundle, submission_id
+from rlinfra.plan import make_plan
+from rlinfra.profile import load_profile
+from rlinfra.workloads.spec import job_spec
+from rlinfra_node import job_runner, standin_merge, standin_trainer
+
+CANARY = "canary-secret-3b9d1f0e"
+
+
+def local_spec():  # type: ignore[no-untyped-def]
+    profile, source = load_profile("local")
+    return job_spec(make_plan(profile, source))
+
+
+def test_local_profile_runs_the_standin_with_rlinfra_owned_overrides() -> None:
+    spec = local_spec()
+    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.standin_trainer")
+    assert "trainer.default_local_dir=/checkpoints" in spec.entrypoint
+    assert "trainer.resume_mode=auto" in spec.entrypoint
+    assert "trainer.nnodes=2" in spec.entrypoint
+    assert [s.name for s in spec.data_steps] == ["dataprep"]
+    assert [s.name for s in spec.after_steps] == ["merge"]
+
+
+def test_bundle_carries_spec_package_and_private_secrets(tmp_path: Path) -> None:
+    package = tmp_path / "rlinfra_node"
+    (package / "samples").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "samples" / "rows.jsonl").write_text("{}\n")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    data = bundle(local_spec(), {"WANDB_API_KEY": CANARY}, package)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        spec_text = tar.extractfile("spec.json").read().decode()  # type: ignore[union-attr]
+        secrets_text = tar.extractfile("secrets.env").read().decode()  # type: ignore[union-attr]
+    assert set(members) == {
+        "spec.json",
+        "secrets.env",
+        "work/rlinfra_node/__init__.py",
+        "work/rlinfra_node/samples/rows.jsonl",
+    }
+    assert members["secrets.env"].mode == 0o600
+    assert secrets_text == f"WANDB_API_KEY={CANARY}\n"
+    assert CANARY not in spec_text
+    assert json.loads(spec_text)["entrypoint"][2] == "rlinfra_node.standin_trainer"
+
+
+def test_bundle_without_secrets_has_no_secrets_file(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    with tarfile.open(fileobj=io.BytesIO(bundle(local_spec(), {}, tmp_path / "pkg"))) as tar:
+        assert "secrets.env" not in tar.getnames()
+
+
+def test_bundle_refuses_a_secret_spanning_lines(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--secret HF_TOKEN: the value spans lines"):
+        bundle(local_spec(), {"HF_TOKEN": "a\nB=c"}, tmp_path)
+
+
+def test_submission_id_names_cluster_workload_and_time() -> None:
+    when = dt.datetime(2026, 12, 3, 9, 5, 7, tzinfo=dt.timezone.utc)
+    assert submission_id(local_spec(), when) == "rlinfra-local-ppo-20261203-090507"
+
+
+def test_runner_reads_and_deletes_secrets(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.env"
+    path.write_text(f"WANDB_API_KEY={CANARY}\nHF_TOKEN=x=y\n")
+    assert job_runner.read_secrets(path) == {"WANDB_API_KEY": CANARY, "HF_TOKEN": "x=y"}
+    assert not path.exists()
+    bad = tmp_path / "bad.env"
+    bad.write_text("not a pair\n")
+    with pytest.raises(SystemExit, match="not NAME=VALUE"):
+        job_runner.read_secrets(bad)
+    assert not bad.exists()
+
+
+def _spec(tmp_path: Path) -> dict[str, object]:
+    return {
+        "files": [[str(tmp_path / "conf" / "tool.yaml"), "tools: []\n"]],
+        "data_steps": [
+            {"name": "dataprep", "argv": ["prep"], "done_marker": str(tmp_path / "_SUCCESS")}
+        ],
+        "probe_steps": [{"name": "probe", "argv": ["probe"]}],
+        "entrypoint": ["train", "a=1"],
+        "after_steps": [{"name": "merge", "argv": ["merge"]}],
+    }
+
+
+def test_runner_runs_steps_in_order_and_skips_done_data(tmp_path: Path) -> None:
+    ran: list[list[str]] = []
+    lines: list[str] = []
+    spec = _spec(tmp_path)
+    code = job_runner.run_job(spec, {"E": "1"}, lambda a, e: ran.append(a) or 0, lines.append)
+    assert code == 0
+    assert ran == [["prep"], ["probe"], ["train", "a=1"], ["merge"]]
+    assert (tmp_path / "conf" / "tool.yaml").read_text() == "tools: []\n"
+    (tmp_path / "_SUCCESS").write_text("")
+    ran.clear()
+    job_runner.run_job(spec, {}, lambda a, e: ran.append(a) or 0, lines.append)
+    assert ran == [["probe"], ["train", "a=1"], ["merge"]]
+    assert any("dataprep: already done" in line for line in lines)
+
+
+def test_runner_stops_at_the_first_failing_step(tmp_path: Path) -> None:
+    ran: list[list[str]] = []
+    lines: list[str] = []
+
+    def run(argv: list[str], env: object) -> int:
+        ran.append(argv)
+        return 3 if argv[0] == "train" else 0
+
+    assert job_runner.run_job(_spec(tmp_path), {}, run, lines.append) == 3
+    assert ran[-1] == ["train", "a=1"]
+    assert "job_runner: train failed with exit code 3" in lines[-1]
+
+
+def test_standin_parses_hydra_overrides() -> None:
+    parsed = standin_trainer.parse_overrides(
+        ["--config-name=x", "trainer.save_freq=2", "+trainer.extra=a=b", "flag"]
+    )
+    assert parsed == {"trainer.save_freq": "2", "trainer.extra": "a=b"}
+
+
+def test_standin_checkpoint_layout_and_merge(tmp_path: Path) -> None:
+    import torch
+
+    assert standin_trainer.latest_step(tmp_path) == 0
+    standin_trainer.save_checkpoint(
+        tmp_path, 4, {"weight": torch.ones(standin_trainer.FEATURES)}, {"step": 4}
+    )
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "4\n"
+    assert standin_trainer.latest_step(tmp_path) == 4
+    actor = tmp_path / "global_step_4" / "actor"
+    assert (actor / "huggingface" / "config.json").is_file()
+    target = tmp_path / "hf_model"
+    argv = ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(target)]
+    assert standin_merge.main(argv) == 0
+    state = torch.load(target / "model.pt", weights_only=True)
+    assert torch.equal(state["weight"], torch.ones(standin_trainer.FEATURES))
+    assert json.loads((target / "config.json").read_text())["merged_from"] == str(actor)
+    assert standin_merge.main([*argv, "--hf_upload_path", "me/model"]) == 1
+
+
+def test_standin_counts_verl_rows_and_refuses_others(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "q"}]] * 3}), good)
+    assert standin_trainer.count_rows(good) == 3
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"text": ["a"]}), other)
+    with pytest.raises(SystemExit, match="no 'prompt' column"):
+        standin_trainer.count_rows(other)
+    with pytest.raises(SystemExit, match="no such file"):
+        standin_trainer.count_rows(tmp_path / "missing.parquet")
+
+
+def test_runner_runs_python_steps_with_its_own_interpreter() -> None:
+    assert job_runner.resolve(["python3", "-m", "x"], "/venv/bin/python") == [
+        "/venv/bin/python",
+        "-m",
+        "x",
+    ]
+    assert job_runner.resolve(["huggingface-cli", "download"], "/p") == [
+        "huggingface-cli",
+        "download",
+    ]
