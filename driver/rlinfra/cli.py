@@ -534,6 +534,11 @@ def status(
             ui.out.print(f"  ray: not reachable ({ray.get('error')})")
     for bucket in state["buckets"]:
         ui.out.print(f"  bucket {bucket}")
+    for service in state.get("services") or []:
+        ui.out.print(
+            f"  service {service['name']} ({service['engine']}) on port {service['port']}: "
+            f"rlinfra status {state['cluster']} --endpoint {service['port']}"
+        )
     for job in state.get("jobs") or []:
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
     if state.get("jobs_error"):

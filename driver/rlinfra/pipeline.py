@@ -106,6 +106,17 @@ def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
     )
 
 
+def services(plan: Plan) -> list[dict[str, Any]]:
+    """What the cluster serves on its head node, by port (for `status`)."""
+    serving = plan.profile.serving
+    out: list[dict[str, Any]] = []
+    if serving is not None and serving.model is not None:
+        out.append({"name": "model", "engine": serving.model.engine, "port": serving.model.port})
+    if serving is not None and serving.retrieval is not None:
+        out.append({"name": "retrieval", "engine": "ray-serve", "port": serving.retrieval.port})
+    return out
+
+
 def make_context(
     plan: Plan, folder: Path, home: Path, build: bool, task_id: str | None = None
 ) -> Context:
@@ -299,6 +310,7 @@ def up(
             num_nodes=plan.num_nodes,
             gpus_per_node=plan.gpus_per_node,
             ray=plan.profile.network.ray.model_dump(),
+            services=services(plan),
             versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
             stage="rendered",
             error=None,
@@ -470,6 +482,7 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
             for h in hosts
         ],
         "buckets": record.get("buckets") or [],
+        "services": record.get("services") or [],
         "updated_at": record.get("updated_at"),
         "ray": None,
     }

@@ -65,7 +65,9 @@ def run_job(
     env: Mapping[str, str],
     run: Callable[[list[str], Mapping[str, str]], int],
     log: Callable[[str], None],
+    train: Callable[[list[str], Mapping[str, str]], int] | None = None,
 ) -> int:
+    """Run every step with ``run`` (the training step with ``train`` when given)."""
     for path, text in spec.get("files", []):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,7 @@ def run_job(
             continue
         log(f"job_runner: {name}: {' '.join(argv)}")
         start = time.monotonic()
-        code = run(argv, env)
+        code = (train or run)(argv, env) if name == "train" else run(argv, env)
         took = time.monotonic() - start
         if code != 0:
             log(f"job_runner: {name} failed with exit code {code} after {took:.1f} s")
@@ -89,6 +91,82 @@ def run_job(
 def resolve(argv: list[str], python: str = sys.executable) -> list[str]:
     """The spec says ``python3``; steps run with this runner's interpreter (the node venv's)."""
     return [python, *argv[1:]] if argv and argv[0] == "python3" else list(argv)
+
+
+def node_label(ip: str, node_ips: Sequence[str]) -> str:
+    """'node 1 (10.0.0.11)': the rank from RLINFRA_NODE_IPS (head first), when it is there."""
+    return f"node {node_ips.index(ip)} ({ip})" if ip in node_ips else f"node {ip}"
+
+
+def lost_nodes(before: Mapping[str, str], alive: Mapping[str, str]) -> list[str]:
+    """IPs of the nodes (by Ray node id) alive in ``before`` and gone from ``alive``."""
+    return sorted(ip for node_id, ip in before.items() if node_id not in alive)
+
+
+def ray_alive_nodes() -> dict[str, str]:
+    """Ray node id -> IP of every alive node of the cluster this job runs on."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="auto", log_to_driver=False, logging_level="ERROR")
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+
+
+class Watched:
+    """Runs a step; stops it at once, naming the node, when a node leaves the cluster.
+
+    A multi-node trainer whose worker node died can hang in a collective for a long time; the
+    job fails within a few seconds instead, with the node named.
+    """
+
+    def __init__(
+        self,
+        nodes: Callable[[], Mapping[str, str]],
+        log: Callable[[str], None],
+        node_ips: Sequence[str],
+        poll_s: float = 2.0,
+    ) -> None:
+        self.nodes = nodes
+        self.log = log
+        self.node_ips = list(node_ips)
+        self.poll_s = poll_s
+
+    def __call__(self, argv: list[str], env: Mapping[str, str]) -> int:
+        before = dict(self.nodes())
+        proc = subprocess.Popen(resolve(argv), env=dict(env), start_new_session=True)
+        while True:
+            try:
+                return proc.wait(timeout=self.poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                gone = lost_nodes(before, self.nodes())
+            except Exception as exc:  # the state API may blink; the step goes on
+                self.log(f"job_runner: could not read the cluster's nodes: {exc}")
+                continue
+            if gone:
+                names = ", ".join(node_label(ip, self.node_ips) for ip in gone)
+                self.log(f"job_runner: {names} left the Ray cluster; stopping the step")
+                _stop(proc)
+                return NODE_LOST
+
+
+NODE_LOST = 75
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 15.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> int:
@@ -106,7 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         env.update(secrets)
         print(f"job_runner: secrets given: {', '.join(sorted(secrets)) or 'none'}", flush=True)
     spec = json.loads(args.spec.read_text())
-    return run_job(spec, env, _run, lambda text: print(text, flush=True))
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    node_ips = [ip for ip in os.environ.get("RLINFRA_NODE_IPS", "").split("\n") if ip]
+    return run_job(spec, env, _run, log, train=Watched(ray_alive_nodes, log, node_ips))
 
 
 if __name__ == "__main__":

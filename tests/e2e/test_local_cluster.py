@@ -343,6 +343,46 @@ def test_rerun_with_new_env_resumes_and_keeps_the_secret_private(cluster: Cluste
     assert found.stdout == "", found.stdout
 
 
+def _get(url: str, data: bytes | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        return getattr(exc, "code", 0) or 0, str(exc)
+
+
+def _server_pid(cluster: Cluster) -> str:
+    out = cluster.run(
+        "exec", cluster.name, "--", "pgrep -f 'rlinfra_node.model_server serve-standin' || true"
+    )
+    return out.stdout.strip()
+
+
+def test_model_server_is_served_supervised_and_restarted(cluster: Cluster) -> None:
+    """The job's last step serves the merged model; a killed server comes back by itself."""
+    state = cluster.run("status", cluster.name).stdout
+    assert "service model (standin) on port 9090" in state, state
+    info = cluster.json("status", cluster.name, "--endpoint", "9090")
+    url = str(info["url"])
+    assert _get(f"{url}/health")[0] == 200
+    code, body = _get(f"{url}/v1/completions", json.dumps({"prompt": "2+2="}).encode())
+    assert code == 200 and "stand-in model step 8" in body, body  # the resumed run's model
+    first = _server_pid(cluster)
+    assert first.isdigit(), first
+    cluster.run("exec", cluster.name, "--", f"kill -9 {first}")
+    started = time.monotonic()
+    down_for = None
+    while time.monotonic() - started < 90:
+        pid = _server_pid(cluster)
+        if pid.isdigit() and pid != first and _get(f"{url}/health")[0] == 200:
+            down_for = time.monotonic() - started
+            break
+        time.sleep(1)
+    assert down_for is not None, "the model server was not restarted within 90 s"
+    print(f"model server back {down_for:.1f} s after it was killed")
+
+
 def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Cluster) -> None:
     argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run", "--json"]
     proc = subprocess.Popen(

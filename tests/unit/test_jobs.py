@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import sys
 import tarfile
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def test_local_profile_runs_the_standin_with_rlinfra_owned_overrides() -> None:
     assert "trainer.resume_mode=auto" in spec.entrypoint
     assert "trainer.nnodes=2" in spec.entrypoint
     assert [s.name for s in spec.data_steps] == ["dataprep"]
-    assert [s.name for s in spec.after_steps] == ["merge"]
+    assert [s.name for s in spec.after_steps] == ["merge", "serve"]
 
 
 def test_bundle_carries_spec_package_and_private_secrets(tmp_path: Path) -> None:
@@ -179,3 +180,30 @@ def test_runner_runs_python_steps_with_its_own_interpreter() -> None:
         "huggingface-cli",
         "download",
     ]
+
+
+def test_lost_nodes_are_named_by_rank() -> None:
+    before = {"a": "10.0.0.10", "b": "10.0.0.11"}
+    assert job_runner.lost_nodes(before, {"a": "10.0.0.10", "c": "10.0.0.12"}) == ["10.0.0.11"]
+    assert job_runner.lost_nodes(before, before) == []
+    ips = ["10.0.0.10", "10.0.0.11"]
+    assert job_runner.node_label("10.0.0.11", ips) == "node 1 (10.0.0.11)"
+    assert job_runner.node_label("10.9.9.9", ips) == "node 10.9.9.9"
+
+
+def test_a_step_is_stopped_when_a_node_leaves(tmp_path: Path) -> None:
+    """A real child process that would run for a minute is stopped within seconds."""
+    import time
+
+    views = iter([{"a": "10.0.0.10", "b": "10.0.0.11"}, {"a": "10.0.0.10", "b": "10.0.0.11"}])
+    lines: list[str] = []
+    watched = job_runner.Watched(
+        lambda: next(views, {"a": "10.0.0.10"}), lines.append, ["10.0.0.10", "10.0.0.11"], 0.2
+    )
+    start = time.monotonic()
+    code = watched([sys.executable, "-c", "import time; time.sleep(60)"], {})
+    assert code == job_runner.NODE_LOST
+    assert time.monotonic() - start < 20
+    assert lines == ["job_runner: node 1 (10.0.0.11) left the Ray cluster; stopping the step"]
+    ok = job_runner.Watched(lambda: {"a": "x"}, lines.append, [], 0.2)
+    assert ok([sys.executable, "-c", "raise SystemExit(3)"], {}) == 3

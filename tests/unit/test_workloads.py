@@ -187,7 +187,7 @@ def test_ppo_math_fixes_and_after_steps() -> None:
     dataprep = spec.data_steps[0]
     assert dataprep.argv[:3] == ("python3", "-m", "rlinfra_node.dataprep")
     assert dataprep.done_marker == "/checkpoints/data/math/_SUCCESS"
-    (merge,) = spec.after_steps
+    merge, serve = spec.after_steps
     assert merge.argv == (
         "python3",
         "-m",
@@ -204,6 +204,21 @@ def test_ppo_math_fixes_and_after_steps() -> None:
         "--hf-upload-path",
         "maknee/verl-ppo-math",
     )
+    # Then the reference's `vllm serve /checkpoints/hf_model --port 9090`, supervised.
+    assert serve.argv == (
+        "python3",
+        "-m",
+        "rlinfra_node.model_server",
+        "deploy",
+        "--engine",
+        "vllm",
+        "--model",
+        "/checkpoints/hf_model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9090",
+    )
 
 
 def test_grpo_code_has_the_three_reference_bugs_fixed() -> None:
@@ -216,7 +231,7 @@ def test_grpo_code_has_the_three_reference_bugs_fixed() -> None:
     assert "synthetic_rl_testcase" in dataprep.argv[dataprep.argv.index("--data-files") + 1]
     assert "openai/gsm8k" not in json.dumps(spec.to_json())
     # 2. The upload is decided by after_training from HF_TOKEN being set (not being empty).
-    (merge,) = spec.after_steps
+    merge, _serve = spec.after_steps
     assert merge.argv[merge.argv.index("--hf-upload-path") + 1] == "maknee/verl-grpo-code"
     # 3. No --tie-word-embedding for the 7B model.
     assert "--tie-word-embedding" not in merge.argv

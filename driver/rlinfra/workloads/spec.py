@@ -46,6 +46,7 @@ DATAPREP = (PYTHON, "-m", "rlinfra_node.dataprep")
 SEARCH_INFER = (PYTHON, "-m", "rlinfra_node.search_infer")
 AFTER_TRAINING = (PYTHON, "-m", "rlinfra_node.after_training")
 SEARCH_TOOL = (PYTHON, "-m", "rlinfra_node.search_tool")
+MODEL_SERVER = (PYTHON, "-m", "rlinfra_node.model_server")
 HF_CLI = "huggingface-cli"
 
 # Overrides rlinfra always sets from the plan; a different value in a profile is an error.
@@ -420,6 +421,19 @@ def _after_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
     return (Step("merge", tuple(argv)),)
 
 
+def _serve_steps(plan: Plan) -> tuple[Step, ...]:
+    """Serve the merged model (profile.serving.model), supervised on the head node."""
+    serving = plan.profile.serving
+    if serving is None or serving.model is None:
+        return ()
+    model = serving.model
+    argv = [*MODEL_SERVER, "deploy", "--engine", model.engine, "--model", model.model_path]
+    argv += ["--host", model.host, "--port", str(model.port)]
+    if model.extra_args:
+        argv += ["--", *model.extra_args]
+    return (Step("serve", tuple(argv)),)
+
+
 def _inference_entrypoint(
     workload: Workload, expand: _Expander, url: str | None
 ) -> tuple[str, ...]:
@@ -517,7 +531,11 @@ def job_spec(plan: Plan) -> JobSpec:
         entrypoint=entrypoint,
         runtime_env_vars=dict(sorted(runtime_env.items())),
         data_steps=_data_steps(workload, expand),
-        after_steps=_after_steps(workload, expand) if workload.type != "search-inference" else (),
+        after_steps=(
+            _after_steps(workload, expand) + _serve_steps(plan)
+            if workload.type != "search-inference"
+            else ()
+        ),
         submission_prefix=f"rlinfra-{plan.cluster}-{workload.type}",
         checkpoint_dir=expand.variables.get("CHECKPOINT_DIR"),
         verl_version=config.version,
