@@ -232,6 +232,45 @@ class Check(_Strict):
         return value
 
 
+class State(_Strict):
+    """Where Terraform keeps the deployment's state.
+
+    ``local`` (the default): terraform.tfstate files in the deployment folder. ``s3``: an
+    existing S3 bucket, one object per root (``<key_prefix>/<cluster>/<root>.tfstate``), encrypted,
+    with Terraform's native lock file next to it (``use_lockfile``), so a team and CI share one
+    state and two applies never run at once.
+    """
+
+    backend: Literal["local", "s3"] = "local"
+    bucket: str | None = Field(default=None, description="The state bucket (s3; must exist).")
+    key_prefix: str = Field(default="rlinfra", description="Folder of the state objects.")
+    region: str | None = Field(
+        default=None, description="The bucket's region (default: profile's)."
+    )
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and (not BUCKET_NAME_RE.fullmatch(value) or ".." in value):
+            raise ValueError(f"{value!r} is not a valid bucket name")
+        return value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,200}", value) or ".." in value:
+            raise ValueError(f"{value!r}: use letters, digits, '.', '_', '-' and '/'")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _needs_bucket(self) -> State:
+        if self.backend == "s3" and self.bucket is None:
+            raise ValueError("backend s3 needs a bucket (an existing S3 bucket for the state)")
+        if self.backend == "local" and self.bucket is not None:
+            raise ValueError("bucket is only for backend s3")
+        return self
+
+
 class Profile(_Strict):
     """A whole profile."""
 
@@ -250,6 +289,7 @@ class Profile(_Strict):
     check: Check = Field(default_factory=Check)
     workload: Workload | None = None
     serving: Serving | None = None
+    state: State = Field(default_factory=State)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -145,6 +145,12 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
         files[f"{prefix}/terraform.tfvars.json"] = (
             json.dumps(tfvars[root], indent=2, sort_keys=True) + "\n"
         )
+        files.update(
+            {
+                f"{prefix}/{name}": text
+                for name, text in backend_files(plan, root, ctx.controller.aws_endpoint).items()
+            }
+        )
 
     ansible_root = asset_dir("ansible")
     for item in ANSIBLE_TREE:
@@ -178,6 +184,45 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
     if plan.profile.workload is not None:
         files["job.json"] = json.dumps(job_spec(plan).to_json(), indent=2) + "\n"
     return files
+
+
+BACKEND_CONFIG = "backend.tfbackend"
+
+
+def backend_files(plan: Plan, root: str, endpoint: str | None = None) -> dict[str, str]:
+    """backend.tf and its settings for a root whose state lives in S3 (nothing for local state).
+
+    One object per root, ``<key_prefix>/<cluster>/<root>.tfstate``, encrypted, locked with
+    Terraform's lock file beside it. Credentials come from the caller's AWS environment; none is
+    written here. ``endpoint`` (RLINFRA_AWS_ENDPOINT_URL) points the backend at an emulator.
+    """
+    state = plan.profile.state
+    if state.backend != "s3":
+        return {}
+    region = state.region or plan.profile.region or "us-east-1"
+    lines = [
+        f'bucket       = "{state.bucket}"',
+        f'key          = "{state.key_prefix}/{plan.cluster}/{root}.tfstate"',
+        f'region       = "{region}"',
+        "encrypt      = true",
+        "use_lockfile = true",
+    ]
+    if endpoint:
+        lines += [
+            "# An AWS API emulator (RLINFRA_AWS_ENDPOINT_URL), not AWS.",
+            f'endpoints                   = {{ s3 = "{endpoint}" }}',
+            "use_path_style              = true",
+            "skip_credentials_validation = true",
+            "skip_requesting_account_id  = true",
+            "skip_metadata_api_check     = true",
+            "skip_region_validation      = true",
+        ]
+    header = GENERATED.format(source=plan.source)
+    backend_tf = header + (
+        "# State in S3 (profile `state:`); its settings are in backend.tfbackend.\n"
+        'terraform {\n  backend "s3" {}\n}\n'
+    )
+    return {"backend.tf": backend_tf, BACKEND_CONFIG: header + "\n".join(lines) + "\n"}
 
 
 def render_inventory(plan: Plan, hosts: list[Host], ctx: Context) -> str:

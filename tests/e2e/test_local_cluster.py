@@ -354,7 +354,7 @@ def _get(url: str, data: bytes | None = None) -> tuple[int, str]:
 
 def _server_pid(cluster: Cluster) -> str:
     out = cluster.run(
-        "exec", cluster.name, "--", "pgrep -f 'rlinfra_node.model_server serve-standin' || true"
+        "exec", cluster.name, "--", "pgrep -f 'rlinfra_node.model_server [s]erve-standin' || true"
     )
     return out.stdout.strip()
 

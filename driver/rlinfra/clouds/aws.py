@@ -73,6 +73,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "ansible_python_interpreter": "/usr/bin/python3",
         "base_manage_limits": True,
         "base_extra_packages": ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"],
+        "node_env_efa": plan.profile.network.efa,
         "storage_backend": "s3",
         "storage_s3_region": region(plan),
     }

@@ -129,10 +129,16 @@ class Terraform:
                 )
         return code, "".join(lines)
 
+    @property
+    def remote_state(self) -> bool:
+        """The root keeps its state in a backend (backend.tfbackend rendered beside it)."""
+        return (self.root / "backend.tfbackend").is_file()
+
     def init(self) -> None:
-        self._run(
-            f"terraform init ({self.root.name})", "init", no_color=_FLAG, input=False, upgrade=False
-        )
+        options: dict[str, Any] = {"no_color": _FLAG, "input": False, "upgrade": False}
+        if self.remote_state:
+            options["backend_config"] = "backend.tfbackend"
+        self._run(f"terraform init ({self.root.name})", "init", **options)
 
     def plan(self, out_file: str = "tfplan", destroy: bool = False) -> bool:
         """Save a plan; returns True when it changes something."""
@@ -183,6 +189,15 @@ class Terraform:
         return data
 
     def has_state(self) -> bool:
+        """Whether the root's state holds any resource (asks the backend for remote state)."""
+        if self.remote_state:
+            self.init()
+            code, text = self._quiet("state", "list")
+            if code != 0:
+                raise OperationError(
+                    f"terraform state list failed in {self.root}: {text.strip()[-300:]}"
+                )
+            return bool(text.strip())
         state = self.root / "terraform.tfstate"
         if not state.is_file():
             return False

@@ -1,0 +1,72 @@
+"""The node contract's variables as node_env computes them, evaluated by Ansible itself (local
+connection, nothing written outside the test's folder): EFA settings only where EFA is on."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_harness import ANSIBLE, run_playbook
+
+PLAYBOOK = """
+- name: Evaluate node_env's variables
+  hosts: rlinfra_nodes
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Load the role's defaults and vars
+      ansible.builtin.include_vars:
+        file: "{{ item }}"
+      loop:
+        - ROLES/node_env/defaults/main.yml
+        - ROLES/node_env/vars/main.yml
+    - name: Write them
+      ansible.builtin.copy:
+        content: "{{ {'variables': node_env_variables, 'reserved': node_env_reserved} | to_json }}"
+        dest: "OUT/{{ inventory_hostname }}.json"
+        mode: "0644"
+"""
+
+
+def evaluate(tmp: Path, efa: bool) -> dict[str, Any]:
+    playbook = tmp / "eval.yml"
+    playbook.write_text(
+        PLAYBOOK.replace("ROLES", str(ANSIBLE / "roles")).replace("OUT", str(tmp))
+    )
+    hosts = {
+        "n0": {"rlinfra_node_rank": 0, "rlinfra_private_ip": "10.0.0.10"},
+        "n1": {"rlinfra_node_rank": 1, "rlinfra_private_ip": "10.0.0.11"},
+    }
+    inventory = {
+        "all": {
+            "vars": {"ansible_python_interpreter": sys.executable},
+            "children": {"rlinfra_nodes": {"hosts": hosts}},
+        }
+    }
+    run = run_playbook(
+        tmp / "run",
+        str(playbook),
+        inventory,
+        {"node_env_efa": efa, "network_collective_interface": "ens5", "node_env_gpus_per_node": 8},
+    )
+    assert run.rc == 0, run.stdout[-3000:]
+    data: dict[str, Any] = json.loads((tmp / "n1.json").read_text())
+    return data
+
+
+@pytest.mark.parametrize("efa", [True, False])
+def test_efa_settings_only_where_efa_is_on(tmp_path: Path, efa: bool) -> None:
+    data = evaluate(tmp_path, efa)
+    variables = data["variables"]
+    assert variables["NCCL_SOCKET_IFNAME"] == "ens5"
+    assert variables["RLINFRA_NODE_RANK"] == "1"
+    assert variables["RLINFRA_NODE_IPS"] == "10.0.0.10\n10.0.0.11"
+    efa_vars = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+    if efa:
+        assert efa_vars.items() <= variables.items()
+        assert set(efa_vars) <= set(data["reserved"])
+    else:
+        assert not set(efa_vars) & set(variables)
