@@ -42,8 +42,9 @@ venv: $(STAMP) $(CHECKOV) ## Create .venv with rlinfra and the development tools
 
 deps: system-deps venv ## Everything: Debian packages and the virtual environment
 
-up: deps ## Set up and bring up the built-in `local` profile (2 hosts on this machine)
+up: deps ## Set up, bring up the built-in `local` profile (2 hosts here) and follow its job
 	$(BIN)/rlinfra up --profile local --yes
+	$(BIN)/rlinfra logs local --follow
 
 down: venv ## Take the `local` cluster down (keeps its bucket)
 	$(BIN)/rlinfra down local --yes

@@ -403,24 +403,33 @@ class DownPlan:
     hosts: list[Host]
     buckets: list[str]
     delete_buckets: bool
+    cloud: str = "local"
+    # Object versions in each bucket that --delete-buckets deletes with it (clouds that count).
+    contents: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         lines = [f"cluster {self.cluster}: {len(self.hosts)} node(s)"]
         lines += [f"  destroy node {h.name} ({h.private_ip})" for h in self.hosts]
         for bucket in self.buckets:
-            verb = "DELETE bucket" if self.delete_buckets else "keep bucket"
-            lines.append(f"  {verb} {bucket}")
+            if not self.delete_buckets:
+                lines.append(f"  keep bucket {bucket}")
+                continue
+            count = self.contents.get(bucket)
+            data = f" and its {count} object version(s)" if count else ""
+            lines.append(f"  DELETE bucket {bucket}{data}")
         return lines
 
 
 def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
     folder, record = require_cluster(cluster)
+    buckets = list(record.get("buckets") or [])
+    cloud = str(record.get("cloud") or "local")
+    contents: dict[str, int] = {}
+    module = cloud_module(cloud)
+    if delete_buckets and hasattr(module, "bucket_versions"):
+        contents = {bucket: module.bucket_versions(folder, bucket) for bucket in buckets}
     return DownPlan(
-        cluster,
-        folder,
-        hosts_from_record(record),
-        list(record.get("buckets") or []),
-        delete_buckets,
+        cluster, folder, hosts_from_record(record), buckets, delete_buckets, cloud, contents
     )
 
 
@@ -438,6 +447,15 @@ def down(todo: DownPlan) -> None:
         (folder / "ssh" / "known_hosts").unlink(missing_ok=True)
         storage_root = folder / "terraform" / "storage"
         if todo.delete_buckets and storage_root.is_dir():
+            module = cloud_module(todo.cloud)
+            if hasattr(module, "empty_bucket"):
+                # Buckets are made with force_destroy = false: their data goes first, as shown
+                # and confirmed, so Terraform never stops halfway on a non-empty bucket.
+                for bucket in todo.buckets:
+                    if todo.contents.get(bucket):
+                        ui.info(
+                            f"deleted {module.empty_bucket(folder, bucket)} object version(s) of {bucket}"
+                        )
             tf = _terraform_at(folder, "storage")
             if tf.has_state():
                 tf.init()

@@ -33,9 +33,7 @@ PLAYBOOK = """
 
 def evaluate(tmp: Path, efa: bool) -> dict[str, Any]:
     playbook = tmp / "eval.yml"
-    playbook.write_text(
-        PLAYBOOK.replace("ROLES", str(ANSIBLE / "roles")).replace("OUT", str(tmp))
-    )
+    playbook.write_text(PLAYBOOK.replace("ROLES", str(ANSIBLE / "roles")).replace("OUT", str(tmp)))
     hosts = {
         "n0": {"rlinfra_node_rank": 0, "rlinfra_private_ip": "10.0.0.10"},
         "n1": {"rlinfra_node_rank": 1, "rlinfra_private_ip": "10.0.0.11"},

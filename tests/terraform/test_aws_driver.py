@@ -200,6 +200,15 @@ def test_up_infra_then_down_keeps_only_the_bucket(aws: Aws) -> None:
     left = ec2.describe_instances(Filters=filters)["Reservations"]  # type: ignore[attr-defined]
     assert left == []
     assert s3.head_bucket(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200  # type: ignore[attr-defined]
+    # Checkpoints in the versioned bucket: two versions of one object and a deleted one.
+    for body in (b"step 1", b"step 2"):
+        s3.put_object(Bucket=bucket, Key="latest_checkpointed_iteration.txt", Body=body)  # type: ignore[attr-defined]
+    s3.put_object(Bucket=bucket, Key="old.pt", Body=b"x")  # type: ignore[attr-defined]
+    s3.delete_object(Bucket=bucket, Key="old.pt")  # type: ignore[attr-defined]
+    refused = aws.run("down", name, "--delete-buckets", check=False)
+    assert refused.returncode == 2 and "not confirmed" in refused.stderr
+    assert f"DELETE bucket {bucket} and its 4 object version(s)" in refused.stdout + refused.stderr
+    assert s3.head_bucket(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 200  # type: ignore[attr-defined]
     aws.run("down", name, "--yes", "--delete-buckets")
     buckets = [b["Name"] for b in s3.list_buckets()["Buckets"]]  # type: ignore[attr-defined]
     assert bucket not in buckets

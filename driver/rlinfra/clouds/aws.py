@@ -7,7 +7,9 @@ service at an AWS-compatible endpoint (an emulator in tests).
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from rlinfra.context import Context
@@ -121,3 +123,44 @@ def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
         )
         for node in inventory["nodes"]
     ]
+
+
+def _s3_client(folder: Path) -> Any:
+    """boto3 S3 for the deployment's storage root (its region and, for an emulator, endpoint)."""
+    import boto3
+
+    tfvars = json.loads((folder / "terraform" / "storage" / "terraform.tfvars.json").read_text())
+    endpoint = (tfvars.get("endpoints") or {}).get("s3")
+    return boto3.client("s3", region_name=tfvars["region"], endpoint_url=endpoint)
+
+
+def bucket_versions(folder: Path, bucket: str) -> int:
+    """Object versions and delete markers in ``bucket`` (0 when it is gone)."""
+    from botocore.exceptions import ClientError
+
+    s3 = _s3_client(folder)
+    count = 0
+    try:
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            count += len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
+            return 0
+        raise
+    return count
+
+
+def empty_bucket(folder: Path, bucket: str) -> int:
+    """Delete every object version and delete marker of ``bucket`` (after `down` asked)."""
+    s3 = _s3_client(folder)
+    deleted = 0
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        items = [
+            {"Key": item["Key"], "VersionId": item["VersionId"]}
+            for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
+        ]
+        for start in range(0, len(items), 1000):
+            chunk = items[start : start + 1000]
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+            deleted += len(chunk)
+    return deleted
