@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,12 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
     dashboard = _free_port()
     http_port = _free_port()
     cpus = os.cpu_count() or 2
+    # Token authentication, with a token of this run's own: ray.init() would otherwise make one
+    # in ~/.ray, which every later Ray on this machine (and its local hosts) would pick up.
+    token = root / "ray_auth_token"
+    token.write_text(uuid.uuid4().hex)
+    token.chmod(0o600)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
     ray.init(
         num_cpus=cpus,
         include_dashboard=True,

@@ -490,3 +490,20 @@ def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
     )  # fmt: skip
     assert missing.returncode == 1
     assert "no corpus_source" in missing.stderr
+
+
+def test_serve_api_calls_carry_the_ray_token_as_ray_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlinfra_node.retrieval import serve_app
+
+    token_file = tmp_path / "auth_token"
+    token_file.write_text("from-file\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    assert serve_app.ray_token() is None
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_file))
+    assert serve_app.ray_token() == "from-file"
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
+    assert serve_app.ray_token() == "from-env"

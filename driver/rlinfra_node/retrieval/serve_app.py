@@ -10,6 +10,7 @@ config changes. This module gives Serve the application (``app_builder``, named 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -100,10 +101,28 @@ def serve_config(settings: Settings, deployment: Deployment) -> dict[str, Any]:
 # ---------------------------------------------------------------- the dashboard's Serve API
 
 
+def ray_token() -> str | None:
+    """The cluster's Ray token, found as Ray finds it: RAY_AUTH_TOKEN, the file that
+    RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token. The dashboard asks for it when token
+    authentication is on."""
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return token
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
 def _http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
+    token = ray_token()
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
