@@ -112,12 +112,8 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    # Local hosts replace /tmp with their own: rlinfra's home, whose buckets they mount, lives
-    # under /var/tmp.
-    home = Path(tempfile.mkdtemp(prefix=f"rlinfra-{name}-", dir="/var/tmp"))
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment rlinfra runs with in these tests: its own home, a shared package cache."""
     env = dict(os.environ)
     env.update(
         RLINFRA_HOME=str(home),
@@ -126,7 +122,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     env.pop("TF_CLI_CONFIG_FILE", None)
-    handle = Cluster(name, home, env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    # Local hosts replace /tmp with their own: rlinfra's home, whose buckets they mount, lives
+    # under /var/tmp.
+    home = Path(tempfile.mkdtemp(prefix=f"rlinfra-{name}-", dir="/var/tmp"))
+    handle = Cluster(name, home, cli_env(home))
     try:
         yield handle
     finally:
@@ -137,7 +142,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             subprocess.run(
                 ["terraform", "destroy", "-auto-approve", "-input=false"],
                 cwd=root,
-                env=env,
+                env=handle.env,
                 capture_output=True,
             )
         if not leftovers(name):

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_local_cluster import Cluster, leftovers  # type: ignore[import-not-found]
+from test_local_cluster import Cluster, cli_env, leftovers  # type: ignore[import-not-found]
 
 from rlinfra_node.retrieval import sample
 
@@ -65,10 +65,7 @@ def verl_titles(result: list[list[dict[str, Any]]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    import os
-    import sys
-
+def service() -> Iterator[dict[str, Any]]:
     name = f"e2e-r{uuid.uuid4().hex[:5]}"
     # Local hosts see this machine's files except /opt and /tmp: rlinfra's home (whose buckets
     # the hosts mount), the corpus and the data folder live under /var/tmp.
@@ -90,16 +87,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         path.write_text(yaml.safe_dump(profile))
         return path
 
-    bin_dir = Path(sys.executable).parent
-    env = dict(os.environ)
-    env.update(
-        RLINFRA_HOME=str(home),
-        RLINFRA_CACHE=os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"),
-        RLINFRA_QUIET="0",
-        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("TF_CLI_CONFIG_FILE", None)
-    cluster = Cluster(name, home, env)
+    cluster = Cluster(name, home, cli_env(home))
     try:
         yield {"cluster": cluster, "write_profile": write_profile, "rows": len(rows)}
     finally:
