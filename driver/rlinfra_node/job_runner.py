@@ -136,9 +136,17 @@ class Watched:
         proc = subprocess.Popen(resolve(argv), env=dict(env), start_new_session=True)
         while True:
             try:
-                return proc.wait(timeout=self.poll_s)
+                code = proc.wait(timeout=self.poll_s)
             except subprocess.TimeoutExpired:
                 pass
+            else:
+                # A step that failed because a node went (before the next look) names it too.
+                gone = lost_nodes(before, self.nodes()) if code != 0 else []
+                if gone:
+                    names = ", ".join(node_label(ip, self.node_ips) for ip in gone)
+                    self.log(f"job_runner: {names} left the Ray cluster; the step failed ({code})")
+                    return NODE_LOST
+                return code
             try:
                 gone = lost_nodes(before, self.nodes())
             except Exception as exc:  # the state API may blink; the step goes on

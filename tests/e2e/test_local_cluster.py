@@ -428,7 +428,18 @@ def test_dashboard_endpoint_through_ssh_tunnel(cluster: Cluster) -> None:
     assert again["url"] == url
 
 
-def test_ray_stopped_on_worker_is_healed_by_up(cluster: Cluster) -> None:
+def _job_status(cluster: Cluster, job_id: str) -> str:
+    jobs = cluster.json("status", cluster.name).get("jobs") or []
+    return next((str(j["status"]) for j in jobs if j["submission_id"] == job_id), "?")  # type: ignore[index, union-attr]
+
+
+def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: Cluster) -> None:
+    long = cluster.json("run", cluster.name, "--env", "TOTAL_EPOCHS=1000")
+    job_id = str(long["submission_id"])
+    deadline = time.monotonic() + 180
+    while "step:" not in cluster.run("logs", cluster.name, "--job", job_id).stdout:
+        assert time.monotonic() < deadline, "the long job did not start training"
+        time.sleep(2)
     cluster.run(
         "exec",
         cluster.name,
@@ -437,6 +448,15 @@ def test_ray_stopped_on_worker_is_healed_by_up(cluster: Cluster) -> None:
         "--",
         "/opt/rlinfra/venv/bin/ray stop --force >/dev/null 2>&1",
     )
+    stopped = time.monotonic()
+    while _job_status(cluster, job_id) not in ("FAILED", "SUCCEEDED", "STOPPED"):
+        assert time.monotonic() - stopped < 120, "the job did not end after its worker died"
+        time.sleep(2)
+    took = time.monotonic() - stopped
+    assert _job_status(cluster, job_id) == "FAILED"
+    log = cluster.run("logs", cluster.name, "--job", job_id).stdout
+    assert f"node 1 ({cluster.record()['hosts'][1]['private_ip']}) left the Ray cluster" in log, log  # type: ignore[index]
+    print(f"the job failed {took:.1f} s after Ray stopped on node 1")
     deadline = time.monotonic() + 90
     ray: dict[str, object] = {}
     while time.monotonic() < deadline:
