@@ -111,7 +111,8 @@ def bench_cluster(sizes: list[int]) -> dict[str, Any]:
                     if wheelhouse.is_dir():
                         (cache_dir / "wheelhouse").symlink_to(wheelhouse)
                 env["RLINFRA_CACHE"] = str(cache_dir)
-                argv = ["--cluster", name, "--num-nodes", str(nodes), "--yes"]
+                # The infrastructure only: the profile's training job is not part of `up` here.
+                argv = ["--cluster", name, "--num-nodes", str(nodes), "--yes", "--no-run"]
                 try:
                     row[f"up_{cache}_s"] = run_cli(env, "up", *argv)
                     if cache == "warm":
