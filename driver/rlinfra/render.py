@@ -68,6 +68,21 @@ def _retrieval_vars(plan: Plan) -> dict[str, Any]:
     return retrieval_ansible_vars(serving.retrieval, mounts, package)
 
 
+# Workloads whose GPU processes share CUDA tensors (a rollout engine beside the trainer), and
+# what their hosts need: the reference ran them in containers with --cap-add=SYS_PTRACE and
+# --shm-size=16g.
+SHARED_TENSOR_WORKLOADS = ("search-grpo", "search-inference")
+
+
+def _host_vars(plan: Plan) -> dict[str, Any]:
+    workload = plan.profile.workload
+    if plan.gpus_per_node == 0 or workload is None:
+        return {}
+    if workload.type not in SHARED_TENSOR_WORKLOADS:
+        return {}
+    return {"base_ptrace_scope": "0", "base_min_shm_gib": 16}
+
+
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     """Every role variable rlinfra sets, from the plan (see each role's defaults)."""
     profile = plan.profile
@@ -118,6 +133,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "acceptance_expected_gpus_per_node": plan.gpus_per_node,
         "acceptance_result_dest": str(ctx.deployment_dir / "check.json"),
     }
+    base.update(_host_vars(plan))
     base.update(_retrieval_vars(plan))
     base.update(cloud_module(plan.cloud).ansible_vars(plan, ctx))
     return base

@@ -68,3 +68,37 @@ def test_efa_settings_only_where_efa_is_on(tmp_path: Path, efa: bool) -> None:
         assert set(efa_vars) <= set(data["reserved"])
     else:
         assert not set(efa_vars) & set(variables)
+
+
+SHM_PLAYBOOK = """
+- name: Check the shared memory of this machine
+  hosts: rlinfra_nodes
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Run base's host settings
+      ansible.builtin.include_role:
+        name: base
+        tasks_from: host.yml
+"""
+
+
+@pytest.mark.parametrize("gib", [0, 1, 1_000_000])
+def test_shm_check_fails_with_the_fix_when_too_small(tmp_path: Path, gib: int) -> None:
+    """Read-only on this machine: /dev/shm is measured, never remounted; ptrace is left alone."""
+    playbook = tmp_path / "shm.yml"
+    playbook.write_text(SHM_PLAYBOOK)
+    inventory = {
+        "all": {
+            "vars": {"ansible_python_interpreter": sys.executable},
+            "children": {"rlinfra_nodes": {"hosts": {"n0": {}}}},
+        }
+    }
+    env_roles = {"base_min_shm_gib": gib, "base_ptrace_scope": ""}
+    run = run_playbook(tmp_path / "run", str(playbook), inventory, env_roles)
+    if gib == 1_000_000:
+        assert run.rc != 0
+        failures = "\n".join(run.failures())
+        assert "n0: /dev/shm has" in failures and "mount -o remount,size=1000000G" in failures
+    else:
+        assert run.rc == 0, run.stdout[-2000:]

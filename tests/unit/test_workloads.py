@@ -492,3 +492,13 @@ def test_job_spec_golden(name: str) -> None:
     assert path.is_file(), f"missing golden file {path}; run with RLINFRA_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{name} differs from its golden file"
     assert job_spec(plan_of(name)) == spec  # deterministic
+
+
+def test_tensor_sharing_workloads_get_ptrace_and_shared_memory_on_their_hosts() -> None:
+    from rlinfra.render import ansible_vars
+
+    search = ansible_vars(plan_of("search-grpo"), fixed_context())
+    assert search["base_ptrace_scope"] == "0" and search["base_min_shm_gib"] == 16
+    ppo = ansible_vars(plan_of("h100x1-ppo"), fixed_context())
+    assert "base_ptrace_scope" not in ppo and "base_min_shm_gib" not in ppo
+    assert "base_ptrace_scope" not in ansible_vars(plan_of_local(), fixed_context())
