@@ -26,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "driver"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# This benchmark's Ray is a single node on this machine's loopback, gone when it ends: token
+# authentication is off on purpose (set before Ray is imported, which reads it once), so that
+# ray.init() does not leave a token in ~/.ray for every later Ray on this machine to pick up.
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 from rlinfra_node.retrieval import sample, serve_app  # noqa: E402
 from rlinfra_node.retrieval.index import Encoder, ensure  # noqa: E402
@@ -158,18 +161,14 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
     dashboard = _free_port()
     http_port = _free_port()
     cpus = os.cpu_count() or 2
-    # Token authentication, with a token of this run's own: ray.init() would otherwise make one
-    # in ~/.ray, which every later Ray on this machine (and its local hosts) would pick up.
-    token = root / "ray_auth_token"
-    token.write_text(uuid.uuid4().hex)
-    token.chmod(0o600)
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    ray_dir = tempfile.mkdtemp(prefix="rlb-", dir="/tmp")
     ray.init(
         num_cpus=cpus,
         include_dashboard=True,
         dashboard_port=dashboard,
         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "driver")}},
-        _temp_dir=str(root / "ray"),
+        # Short: Ray's Unix sockets live under it, and their paths may not exceed 107 bytes.
+        _temp_dir=ray_dir,
         logging_level="warning",
     )
     address = f"http://127.0.0.1:{dashboard}"
@@ -199,6 +198,7 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
 
         serve.shutdown()
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
     ratio = {
         str(one["clients"]): round(three["rps"] / one["rps"], 2) if one["rps"] else None
         for one, three in zip(runs["1"], runs["3"], strict=True)
@@ -223,6 +223,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{row['x_time_vs_smallest']} |"
         )
     serve = report["serve"]
+    if serve is None:
+        return "\n".join([*lines, "", "Serving: not measured (the run stopped before it).", ""])
     lines += [
         "",
         f"## Serving ({serve['passages']} passages, 1 query per request, top-3)",
@@ -249,28 +251,33 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     root = Path(tempfile.mkdtemp(prefix="rlinfra-bench-retrieval-", dir="/var/tmp"))
-    try:
-        # Building uses every core; serving replicas use one thread each (their settings).
-        encoder = Encoder(dataclasses.replace(settings_for(root, sizes[0]), threads=None))
-        build = bench_build(root, sizes, encoder)
-        del encoder
-        serve = bench_serve(root, args.serve_passages, args.seconds)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    report = {
+    report: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "note": (
             "Single-node Ray on this machine (replicas and load clients share its cores); "
             "synthetic corpus; encoding with one intra-op thread per replica."
         ),
-        "build": build,
-        "serve": serve,
+        "build": [],
+        "serve": None,
     }
+    try:
+        # Building uses every core; serving replicas use one thread each (their settings).
+        encoder = Encoder(dataclasses.replace(settings_for(root, sizes[0]), threads=None))
+        report["build"] = bench_build(root, sizes, encoder)
+        del encoder
+        write(report)  # what is measured is kept, should serving fail
+        report["serve"] = bench_serve(root, args.serve_passages, args.seconds)
+        write(report)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(markdown(report))
+    return 0
+
+
+def write(report: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "retrieval.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "retrieval.md").write_text(markdown(report))
-    print(markdown(report))
-    return 0
 
 
 if __name__ == "__main__":
