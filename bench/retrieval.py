@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import http.client
 import json
+import math
 import os
 import platform
 import shutil
@@ -185,7 +186,7 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
                 time.sleep(1)
         for replicas in (1, 3):
             deployment = serve_app.Deployment(
-                replicas=replicas, port=http_port, num_cpus=round(cpus / 3, 2)
+                replicas=replicas, port=http_port, num_cpus=math.floor(cpus / 3 * 100) / 100
             )
             report = serve_app.deploy(address, serve_app.serve_config(settings, deployment))
             print(f"deployed {replicas} replica(s): {report}", file=sys.stderr, flush=True)
