@@ -522,9 +522,9 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
     """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only)."""
     from rlinfra.runners import ssh
 
-    # node.env carries the Ray token's settings (RAY_AUTH_MODE, RAY_AUTH_TOKEN_PATH).
+    # ssh.run loads node.env, which carries the Ray token's settings.
     command = (
-        f". {ssh.NODE_ENV} && /opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
+        f"/opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
         "--format json --filter state=ALIVE --limit 10000"
     )
     head = hosts[0]

@@ -83,6 +83,7 @@ class Terraform:
         self.log_dir = log_dir
         self.binary = terraform_binary()
         self._tf = PyTerraform(working_dir=str(root), terraform_bin_path=self.binary)
+        self._initialized = False
         self.cli_config = root / ".terraformrc"
         if not self.cli_config.is_file() or self.cli_config.read_text() != cli_config_text:
             self.cli_config.write_text(cli_config_text)
@@ -135,10 +136,14 @@ class Terraform:
         return (self.root / "backend.tfbackend").is_file()
 
     def init(self) -> None:
+        """terraform init, once per instance (has_state needs it first for remote state)."""
+        if self._initialized:
+            return
         options: dict[str, Any] = {"no_color": _FLAG, "input": False, "upgrade": False}
         if self.remote_state:
             options["backend_config"] = "backend.tfbackend"
         self._run(f"terraform init ({self.root.name})", "init", **options)
+        self._initialized = True
 
     def plan(self, out_file: str = "tfplan", destroy: bool = False) -> bool:
         """Save a plan; returns True when it changes something."""
