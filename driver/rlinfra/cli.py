@@ -323,9 +323,21 @@ def up(
             "--no-run", help="Do not submit the profile's workload once the cluster is up."
         ),
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Run every Ansible role, even when the inputs are unchanged and the nodes verify.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create the cluster (or converge it), configure every node, form Ray, run the check.
+
+    Re-running it converges: Terraform applies only what changed. When nothing did and the last
+    configuration run succeeded, each node is checked (configuration marker, node contract,
+    venv, bucket mounts, its Ray raylet; on the head, every node alive in Ray) instead of
+    re-running Ansible, and Ansible runs only if a check fails (or with --full).
 
     A profile with a workload then gets it submitted as a Ray job (not while one of its jobs
     still runs); follow it with `rlinfra logs CLUSTER --follow`.
@@ -348,6 +360,7 @@ def up(
         from_plan=from_plan,
         run_check=not no_check,
         stop_after="infrastructure" if infra_only else None,
+        full=full,
     )
     job = None
     if the_plan.profile.workload is not None and not infra_only and not no_run:
@@ -359,6 +372,8 @@ def up(
                 "nodes": [h.__dict__ for h in result.hosts],
                 "terraform_changed": result.terraform_changed,
                 "ansible_changed": result.ansible_changed,
+                "configured": result.configured,
+                "verify_problems": result.verify_problems,
                 "check": result.check,
                 "job": job,
             }

@@ -251,6 +251,10 @@ class UpResult:
     terraform_changed: bool
     ansible_changed: int
     check: dict[str, Any] | None
+    # "applied": the playbook ran; "verified": skipped, every node checked (rlinfra.verify).
+    configured: str = "applied"
+    # What the node check found, when it found something (the playbook then ran).
+    verify_problems: list[str] = field(default_factory=list)
 
 
 def up(
@@ -259,6 +263,7 @@ def up(
     run_check: bool = True,
     stop_after: str | None = None,
     from_plan: bool = False,
+    full: bool = False,
 ) -> UpResult:
     """Create or converge a cluster. Safe to re-run after any failure or interrupt."""
     from rlinfra.runners.terraform import terraform_binary, terraform_version
@@ -330,19 +335,49 @@ def up(
             if stop_after == "infrastructure":
                 return UpResult(plan.cluster, hosts, changed, 0, None)
 
+            from rlinfra import verify
             from rlinfra.runners.ansible import run_playbook
 
-            result = run_playbook(
-                folder / "ansible",
-                "site.yml",
-                f"configure {len(hosts)} node(s) with Ansible",
-                extravars={"acceptance_enabled": False},
-            )
-            ui.info(f"ansible: changed={result.total_changed} on {len(hosts)} node(s)")
+            extravars: dict[str, Any] = {"acceptance_enabled": False}
+            digest = verify.inputs_digest(folder / "ansible", extravars)
+            verified = None
+            if (
+                not full
+                and not changed
+                and before.get("stage") == "ready"
+                and before.get("ansible_digest") == digest
+            ):
+                with ui.step(f"verify {len(hosts)} node(s) against the last configuration run"):
+                    verified = verify.verify_cluster(folder, hosts, digest)
+                if verified.ok:
+                    ui.info(
+                        "ansible: skipped, the inputs are unchanged and every node verified "
+                        "(--full runs every role)"
+                    )
+                else:
+                    more = len(verified.problems) - 1
+                    ui.info(
+                        f"verify: {verified.reason}"
+                        + (f" (+{more} more)" if more else "")
+                        + "; running Ansible"
+                    )
+            ansible_changed = 0
+            if verified is None or not verified.ok:
+                update_record(folder, ansible_digest=None)
+                result = run_playbook(
+                    folder / "ansible",
+                    "site.yml",
+                    f"configure {len(hosts)} node(s) with Ansible",
+                    extravars={**extravars, "rlinfra_inputs_digest": digest},
+                )
+                ansible_changed = result.total_changed
+                update_record(folder, ansible_digest=digest)
+                ui.info(f"ansible: changed={ansible_changed} on {len(hosts)} node(s)")
+            configured = "verified" if verified is not None and verified.ok else "applied"
             check = None
             if run_check and plan.profile.check.enabled:
                 previous = before.get("check") if before.get("stage") == "ready" else None
-                if previous and not changed and result.total_changed == 0:
+                if previous and not changed and ansible_changed == 0:
                     # Nothing changed since the last passing check: its result still holds.
                     ui.info("acceptance check: nothing changed since the last pass, not re-run")
                     check = previous
@@ -351,7 +386,15 @@ def up(
                     run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
                     check = _read_check(folder)
             update_record(folder, stage="ready", check=check)
-            return UpResult(plan.cluster, hosts, changed, result.total_changed, check)
+            return UpResult(
+                plan.cluster,
+                hosts,
+                changed,
+                ansible_changed,
+                check,
+                configured,
+                verified.problems if verified is not None else [],
+            )
         except KeyboardInterrupt:
             update_record(folder, stage="interrupted", error="interrupted by the user")
             raise

@@ -389,7 +389,18 @@ def test_model_server_is_served_supervised_and_restarted(cluster: Cluster) -> No
 
 
 def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Cluster) -> None:
-    argv = [RLINFRA, "up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run", "--json"]
+    # --full runs every role although nothing changed: the roles themselves are idempotent.
+    argv = [
+        RLINFRA,
+        "up",
+        "--cluster",
+        cluster.name,
+        "--yes",
+        "--no-check",
+        "--no-run",
+        "--full",
+        "--json",
+    ]
     proc = subprocess.Popen(
         argv, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -404,7 +415,29 @@ def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Clu
     assert f"cluster '{cluster.name}' is busy" in second.stderr
     result = json.loads(out)
     assert result["terraform_changed"] is False
+    assert result["configured"] == "applied"
     assert result["ansible_changed"] == 0, err
+
+
+def test_unchanged_up_verifies_the_nodes_instead_of_running_ansible(cluster: Cluster) -> None:
+    started = time.monotonic()
+    result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-run")
+    took = time.monotonic() - started
+    assert result["terraform_changed"] is False
+    assert result["configured"] == "verified", result["verify_problems"]
+    assert result["ansible_changed"] == 0 and result["verify_problems"] == []
+    print(f"unchanged up, nodes verified: {took:.1f} s")
+    # A node whose marker says another configuration was applied is not trusted.
+    cluster.run("exec", cluster.name, "--node", "1", "--", "echo stale > /opt/rlinfra/converged")
+    again = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-run", "--no-check")
+    assert again["configured"] == "applied"
+    assert again["verify_problems"] == [
+        f"{cluster.name}-1: its last configuration run applied other inputs"
+    ]
+    assert again["ansible_changed"] == 1  # the marker, written again
+    assert cluster.json("up", "--cluster", cluster.name, "--yes", "--no-run")["configured"] == (
+        "verified"
+    )
 
 
 def test_dashboard_endpoint_through_ssh_tunnel(cluster: Cluster) -> None:
@@ -467,6 +500,11 @@ def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: C
     assert ray.get("missing_nodes") == [f"{cluster.name}-1"], ray
     result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run")
     assert result["terraform_changed"] is False
+    assert result["configured"] == "applied"
+    worker_ip = cluster.record()["hosts"][1]["private_ip"]  # type: ignore[index]
+    assert f"{cluster.name}-1: no Ray raylet of {worker_ip} joined to" in " ".join(
+        result["verify_problems"]  # type: ignore[arg-type]
+    ), result["verify_problems"]
     assert isinstance(result["ansible_changed"], int) and result["ansible_changed"] > 0
     ray = cluster.json("status", cluster.name)["ray"]  # type: ignore[assignment]
     assert ray["alive_nodes"] == 2 and ray["missing_nodes"] == []

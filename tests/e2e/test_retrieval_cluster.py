@@ -214,4 +214,6 @@ def test_scale_down_by_rerunning_up_then_an_unchanged_rerun_changes_nothing(
     assert verl_titles(answer["result"]) == ["Penicillin"]
     again = cluster.json(*argv)
     assert again["terraform_changed"] is False
+    # Unchanged inputs: each node is checked (the head also sees 2 Serve replicas running).
+    assert again["configured"] == "verified", again["verify_problems"]
     assert again["ansible_changed"] == 0

@@ -1,0 +1,181 @@
+"""The fast path of an unchanged `up`: prove the nodes configured instead of re-applying Ansible.
+
+The playbook is idempotent but not cheap: some ninety tasks, each a round trip per node. When
+Terraform changed nothing, the cluster's last configuration run succeeded, and the digest of
+everything that run was given (the rendered Ansible folder, the extra vars and the
+controller-side files it copies to the nodes) is the one it recorded, the playbook could only
+repair drift on the nodes. So `up` looks for drift instead, with one SSH call per node
+(``rlinfra_node.verify_node``), all in parallel. Clean nodes: the playbook is skipped. Any
+problem: the playbook runs as usual and repairs it. `rlinfra up --full` always runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlinfra.render import Host
+
+# Written by the last play of site.yml on every node, holding the digest it applied.
+MARKER = "/opt/rlinfra/converged"
+RAY_HELPER = "/opt/rlinfra/bin/rlinfra-ray-node"
+NODE_ENV = "/opt/rlinfra/node.env"
+RAY_TOKEN = "/opt/rlinfra/ray/auth_token"
+RETRIEVAL_APP = "retrieval"
+# Files above this size are identified by size and modification time, not by their bytes.
+HASH_LIMIT = 4 << 20
+# The rendered variables that name controller-side files or folders the playbook copies to nodes.
+SHIPPED_LIST_KEYS = ("python_env_find_links",)
+
+
+@dataclass
+class Verification:
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return self.problems[0] if self.problems else ""
+
+
+def _file_identity(path: Path) -> bytes:
+    stat = path.stat()
+    if stat.st_size <= HASH_LIMIT:
+        return hashlib.sha256(path.read_bytes()).hexdigest().encode()
+    return f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            yield Path(root) / name
+
+
+def shipped_paths(variables: Mapping[str, Any]) -> list[str]:
+    """Controller paths named by the rendered variables whose contents reach the nodes."""
+    out: list[str] = []
+    for key, value in sorted(variables.items()):
+        if key.endswith("_src") and isinstance(value, str) and value:
+            out.append(value)
+        elif key in SHIPPED_LIST_KEYS and isinstance(value, list):
+            out += [str(v) for v in value if v]
+    return out
+
+
+def inputs_digest(ansible_dir: Path, extravars: Mapping[str, Any]) -> str:
+    """Digest of what a playbook run on this deployment is given; equal digests, equal runs."""
+    digest = hashlib.sha256()
+    for path in _walk(ansible_dir):
+        rel = path.relative_to(ansible_dir)
+        if rel.parts[0] == ".runner":
+            continue
+        digest.update(b"F" + str(rel).encode() + b"\0" + _file_identity(path) + b"\0")
+    digest.update(b"E" + json.dumps(dict(extravars), sort_keys=True).encode() + b"\0")
+    variables = yaml.safe_load((ansible_dir / "vars.yml").read_text()) or {}
+    for shipped in shipped_paths(variables):
+        source = Path(shipped)
+        digest.update(b"S" + shipped.encode() + b"\0")
+        if source.is_file():
+            digest.update(_file_identity(source))
+        elif source.is_dir():
+            for item in _walk(source):
+                stat = item.stat()
+                name = str(item.relative_to(source))
+                digest.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns}".encode() + b"\0")
+        else:
+            digest.update(b"<missing>")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def node_spec(
+    variables: Mapping[str, Any], hosts: list[Host], host: Host, digest: str
+) -> dict[str, Any]:
+    """What ``verify_node`` checks on ``host``, from the rendered variables."""
+    head = hosts[0]
+    venv = str(variables.get("python_env_venv") or "/opt/rlinfra/venv")
+    head_port = int(variables.get("ray_cluster_head_port", 6379))
+    spec: dict[str, Any] = {
+        "marker": MARKER,
+        "digest": digest,
+        "files": [NODE_ENV, f"{venv}/bin/python"],
+        "mounts": [
+            str(m["mount_path"])
+            for m in variables.get("storage_mounts") or []
+            if str(m.get("mode", "MOUNT")).upper() == "MOUNT"
+        ],
+        "ray_helper": RAY_HELPER,
+        "node_ip": host.private_ip,
+        "gcs_address": f"{head.private_ip}:{head_port}",
+    }
+    if host.rank == 0:
+        dashboard_host = str(variables.get("ray_cluster_dashboard_host", "127.0.0.1"))
+        if dashboard_host in {"0.0.0.0", "::", "", "localhost"}:
+            dashboard_host = "127.0.0.1"
+        dashboard_port = int(variables.get("ray_cluster_dashboard_port", 8265))
+        spec["head"] = {
+            "dashboard": f"http://{dashboard_host}:{dashboard_port}",
+            "token_file": RAY_TOKEN,
+            "node_ips": [h.private_ip for h in hosts],
+            "serve": (
+                {
+                    "app": RETRIEVAL_APP,
+                    "replicas": int(variables.get("retrieval_service_replicas", 1)),
+                }
+                if variables.get("retrieval_service_enabled")
+                else None
+            ),
+        }
+    return spec
+
+
+def _probe_source() -> bytes:
+    import rlinfra_node.verify_node as probe
+
+    return Path(probe.__file__).read_bytes()
+
+
+def verify_node(folder: Path, host: Host, spec: dict[str, Any], timeout: float = 60) -> list[str]:
+    """Problems found on ``host`` (empty: it verified)."""
+    import shlex
+
+    from rlinfra.runners import ssh
+
+    python = spec["files"][1]
+    command = f"{shlex.quote(python)} -I - {shlex.quote(json.dumps(spec))}"
+    try:
+        result = ssh.run(
+            folder, host, command, capture=True, timeout=timeout, stdin=_probe_source()
+        )
+    except subprocess.TimeoutExpired:
+        return [f"{host.name}: no answer within {timeout:.0f} s"]
+    if result.returncode != 0:
+        last = (result.stderr or "").strip().splitlines() or [f"exit status {result.returncode}"]
+        return [f"{host.name}: the check did not run ({last[-1][:200]})"]
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [f"{host.name}: the check gave no answer"]
+    return [f"{host.name}: {problem}" for problem in answer.get("problems", [])]
+
+
+def verify_cluster(folder: Path, hosts: list[Host], digest: str) -> Verification:
+    """Every node checked at once; problems are listed in rank order."""
+    variables = yaml.safe_load((folder / "ansible" / "vars.yml").read_text()) or {}
+    specs = [node_spec(variables, hosts, host, digest) for host in hosts]
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        found = list(
+            pool.map(lambda pair: verify_node(folder, *pair), zip(hosts, specs, strict=True))
+        )
+    problems = [problem for per_host in found for problem in per_host]
+    return Verification(ok=not problems, problems=problems)
