@@ -116,7 +116,20 @@ def bench_cluster(sizes: list[int]) -> dict[str, Any]:
                 try:
                     row[f"up_{cache}_s"] = run_cli(env, "up", *argv)
                     if cache == "warm":
-                        row["rerun_s"] = run_cli(env, "up", *argv)
+                        # Unchanged: the nodes are verified, Ansible is skipped (median of 3).
+                        reruns = sorted(run_cli(env, "up", *argv) for _ in range(3))
+                        row["rerun_s"] = reruns[1]
+                        # Drifted: Ray stopped on the last node; `up` finds it and re-applies.
+                        run_cli(
+                            env,
+                            "exec",
+                            name,
+                            "--node",
+                            str(nodes - 1),
+                            "--",
+                            "/opt/rlinfra/bin/rlinfra-ray-node stop >/dev/null",
+                        )
+                        row["heal_s"] = run_cli(env, "up", *argv)
                 finally:
                     row[f"down_{cache}_s"] = run_cli(env, "down", name, "--yes", "--delete-buckets")
             row["rerun_vs_first_up"] = row["rerun_s"] / row["up_warm_s"]
@@ -157,21 +170,28 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "## local cloud (seconds)",
             "",
-            "| nodes | up (cold uv cache) | up (warm) | re-run | re-run / up | down |",
-            "|---|---|---|---|---|---|",
+            "| nodes | up (cold uv cache) | up (warm) | re-run | re-run / up | heal | down |",
+            "|---|---|---|---|---|---|---|",
         ]
         for key, row in cluster.items():
             if isinstance(row, dict):
                 lines.append(
                     f"| {key} | {row['up_cold_s']:.1f} | {row['up_warm_s']:.1f} | "
                     f"{row['rerun_s']:.1f} | {row['rerun_vs_first_up']:.2f} | "
-                    f"{row['down_warm_s']:.1f} |"
+                    f"{row['heal_s']:.1f} | {row['down_warm_s']:.1f} |"
                 )
         lines.append("")
         for key, value in cluster.items():
             if not isinstance(value, dict):
                 lines.append(f"- {key}: {value:.2f}")
-        lines += ["", "Targets: re-run <= 0.15 x first up; 3 hosts <= 1.5 x 1 host."]
+        lines += [
+            "",
+            "re-run: an unchanged `up` (median of 3): Terraform plans, one SSH check per node,",
+            "Ansible skipped. heal: `up` after Ray was stopped on the last node (the check finds",
+            "it, the playbook runs).",
+            "",
+            "Targets: re-run <= 0.15 x first up; 3 hosts <= 1.5 x 1 host.",
+        ]
     else:
         lines += ["## local cloud", "", f"not measured: {cluster}"]
     return "\n".join(lines) + "\n"

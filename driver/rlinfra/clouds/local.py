@@ -22,6 +22,11 @@ ROOTS: dict[str, tuple[str, ...]] = {
 }
 
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "sshd": "openssh-server"}
+# ansible.cfg's ssh_args without -C (compression).
+LOCAL_SSH_ARGS = (
+    "-o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/dev/null "
+    "-o LogLevel=ERROR -o ServerAliveInterval=15"
+)
 
 
 def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
@@ -52,6 +57,12 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "base_manage_limits": False,
         "python_env_python": ctx.controller.system_python if python == "system" else python,
         "python_env_cache_dir": str(ctx.cache / "uv"),
+        # The hosts see that cache through another mount than their own /opt, where hardlinks
+        # fail (EXDEV) and uv would copy every file of torch and Ray into every host. Symlinks
+        # share one copy (and its page cache); the cache outlives the hosts' venvs.
+        "python_env_link_mode": "symlink",
+        # The hosts are on this machine's bridge: compressing SSH traffic only costs CPU.
+        "ansible_ssh_args": LOCAL_SSH_ARGS,
         "storage_backend": "local",
         "storage_local_root": str(bucket_root(ctx)),
     }
