@@ -108,6 +108,7 @@ def node_spec(
     spec: dict[str, Any] = {
         "marker": MARKER,
         "digest": digest,
+        "python": f"{venv}/bin/python",
         "files": [NODE_ENV, f"{venv}/bin/python"],
         "mounts": [
             str(m["mount_path"])
@@ -151,7 +152,7 @@ def verify_node(folder: Path, host: Host, spec: dict[str, Any], timeout: float =
 
     from rlinfra.runners import ssh
 
-    python = spec["files"][1]
+    python = spec["python"]
     command = f"{shlex.quote(python)} -I - {shlex.quote(json.dumps(spec))}"
     try:
         result = ssh.run(
