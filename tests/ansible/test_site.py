@@ -309,6 +309,38 @@ def test_worker_whose_ray_died_is_healed(
     assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
 
 
+def test_head_whose_ray_died_restarts_with_every_worker(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    assert first_run.rc == 0
+    worker_raylet = _pids(testbed, 1, "raylet")
+    assert worker_raylet
+    out = testbed.ssh(
+        testbed.nodes[0],
+        "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node stop --grace-s 3",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _pids(testbed, 0, "gcs") == []
+    # A new head is a new cluster: the worker, whose raylet served the old one, starts again
+    # with it, in the same task.
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-head"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "acceptance_enabled": False},
+    )
+    TIMINGS["head restart run (no acceptance)"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert any("Start the Ray head, and the workers with it" in t for t in run.changed_tasks())
+    assert run.changed().get(testbed.nodes[1].name, 0) >= 2  # stopped, then started
+    assert _pids(testbed, 0, "gcs") != []
+    assert _pids(testbed, 1, "raylet") not in ([], worker_raylet)
+    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
+
+
 def test_check_playbook_passes_on_the_healed_cluster(
     testbed: Testbed,
     first_run: PlaybookRun,
