@@ -277,6 +277,35 @@ def test_second_run_changes_nothing(
     assert all(v == 0 for v in run.changed().values()), run.changed_tasks()
 
 
+def _stop_ray_and_rerun(
+    testbed: Testbed,
+    node_index: int,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    label: str,
+) -> PlaybookRun:
+    """Stop Ray on one node only, then run site.yml again (without the acceptance check).
+
+    (`ray stop --force` would stop every Ray on this machine: the hosts share one PID
+    namespace.)"""
+    out = testbed.ssh(
+        testbed.nodes[node_index],
+        "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node stop --grace-s 3",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _pids(testbed, node_index, "raylet") == []
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-rerun"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "acceptance_enabled": False},
+    )
+    TIMINGS[label] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
+    return run
+
+
 def test_worker_whose_ray_died_is_healed(
     testbed: Testbed,
     first_run: PlaybookRun,
@@ -285,28 +314,12 @@ def test_worker_whose_ray_died_is_healed(
 ) -> None:
     assert first_run.rc == 0
     head_gcs = _pids(testbed, 0, "gcs")
-    worker = testbed.nodes[1]
-    # Stop Ray on the worker only. (`ray stop --force` would stop every Ray on this machine,
-    # the head included: the hosts share one PID namespace.)
-    out = testbed.ssh(
-        worker, "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node stop --grace-s 3"
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert _pids(testbed, 1, "raylet") == []
-    # (The all-reduce over the healed cluster is the next test's check.yml run.)
-    run = run_playbook(
-        tmp_path_factory.mktemp("site-heal"),
-        "site.yml",
-        testbed.inventory(),
-        {**extravars, "acceptance_enabled": False},
-    )
-    TIMINGS["heal run (no acceptance)"] = run.seconds
-    assert run.rc == 0, _explain(run)
+    # (The all-reduce over the healed cluster is the next tests' check.yml run.)
+    run = _stop_ray_and_rerun(testbed, 1, extravars, tmp_path_factory, "heal run (no acceptance)")
     assert run.changed().get(testbed.nodes[0].name, 0) == 0, run.changed_tasks()
-    assert run.changed().get(worker.name, 0) >= 1
+    assert run.changed().get(testbed.nodes[1].name, 0) >= 1
     assert any("Start the Ray worker" in t for t in run.changed_tasks())
     assert _pids(testbed, 0, "gcs") == head_gcs
-    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
 
 
 def test_head_whose_ray_died_restarts_with_every_worker(
@@ -318,27 +331,15 @@ def test_head_whose_ray_died_restarts_with_every_worker(
     assert first_run.rc == 0
     worker_raylet = _pids(testbed, 1, "raylet")
     assert worker_raylet
-    out = testbed.ssh(
-        testbed.nodes[0],
-        "/opt/rlinfra/venv/bin/python /opt/rlinfra/bin/rlinfra-ray-node stop --grace-s 3",
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert _pids(testbed, 0, "gcs") == []
     # A new head is a new cluster: the worker, whose raylet served the old one, starts again
     # with it, in the same task.
-    run = run_playbook(
-        tmp_path_factory.mktemp("site-head"),
-        "site.yml",
-        testbed.inventory(),
-        {**extravars, "acceptance_enabled": False},
+    run = _stop_ray_and_rerun(
+        testbed, 0, extravars, tmp_path_factory, "head restart run (no acceptance)"
     )
-    TIMINGS["head restart run (no acceptance)"] = run.seconds
-    assert run.rc == 0, _explain(run)
     assert any("Start the Ray head, and the workers with it" in t for t in run.changed_tasks())
     assert run.changed().get(testbed.nodes[1].name, 0) >= 2  # stopped, then started
     assert _pids(testbed, 0, "gcs") != []
     assert _pids(testbed, 1, "raylet") not in ([], worker_raylet)
-    assert _alive_ips(testbed) == sorted(n.ip for n in testbed.nodes)
 
 
 def test_check_playbook_passes_on_the_healed_cluster(
