@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 
 from rlinfra.render import Host
+from rlinfra.runners import ssh
 
 # Written by the last play of site.yml on every node, holding the digest it applied.
 MARKER = "/opt/rlinfra/converged"
 RAY_HELPER = "/opt/rlinfra/bin/rlinfra-ray-node"
-NODE_ENV = "/opt/rlinfra/node.env"
 RAY_TOKEN = "/opt/rlinfra/ray/auth_token"
 RETRIEVAL_APP = "retrieval"
 # Files above this size are identified by size and modification time, not by their bytes.
@@ -109,7 +109,7 @@ def node_spec(
         "marker": MARKER,
         "digest": digest,
         "python": f"{venv}/bin/python",
-        "files": [NODE_ENV, f"{venv}/bin/python"],
+        "files": [ssh.NODE_ENV, f"{venv}/bin/python"],
         "mounts": [
             str(m["mount_path"])
             for m in variables.get("storage_mounts") or []
@@ -146,18 +146,16 @@ def _probe_source() -> bytes:
     return Path(probe.__file__).read_bytes()
 
 
-def verify_node(folder: Path, host: Host, spec: dict[str, Any], timeout: float = 60) -> list[str]:
-    """Problems found on ``host`` (empty: it verified)."""
+def verify_node(
+    folder: Path, host: Host, spec: dict[str, Any], probe: bytes, timeout: float = 60
+) -> list[str]:
+    """Problems found on ``host`` by ``probe`` (verify_node's source); empty: it verified."""
     import shlex
-
-    from rlinfra.runners import ssh
 
     python = spec["python"]
     command = f"{shlex.quote(python)} -I - {shlex.quote(json.dumps(spec))}"
     try:
-        result = ssh.run(
-            folder, host, command, capture=True, timeout=timeout, stdin=_probe_source()
-        )
+        result = ssh.run(folder, host, command, capture=True, timeout=timeout, stdin=probe)
     except subprocess.TimeoutExpired:
         return [f"{host.name}: no answer within {timeout:.0f} s"]
     if result.returncode != 0:
@@ -174,9 +172,13 @@ def verify_cluster(folder: Path, hosts: list[Host], digest: str) -> Verification
     """Every node checked at once; problems are listed in rank order."""
     variables = yaml.safe_load((folder / "ansible" / "vars.yml").read_text()) or {}
     specs = [node_spec(variables, hosts, host, digest) for host in hosts]
+    probe = _probe_source()
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         found = list(
-            pool.map(lambda pair: verify_node(folder, *pair), zip(hosts, specs, strict=True))
+            pool.map(
+                lambda pair: verify_node(folder, pair[0], pair[1], probe),
+                zip(hosts, specs, strict=True),
+            )
         )
     problems = [problem for per_host in found for problem in per_host]
     return Verification(ok=not problems, problems=problems)

@@ -73,6 +73,8 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     return {
         "ansible_python_interpreter": "/usr/bin/python3",
+        # The controller reaches the nodes over the internet: compress SSH (ansible.cfg does not).
+        "ansible_ssh_common_args": "-C",
         "base_manage_limits": True,
         "base_extra_packages": ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"],
         "node_env_efa": plan.profile.network.efa,

@@ -22,11 +22,6 @@ ROOTS: dict[str, tuple[str, ...]] = {
 }
 
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "sshd": "openssh-server"}
-# ansible.cfg's ssh_args without -C (compression).
-LOCAL_SSH_ARGS = (
-    "-o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/dev/null "
-    "-o LogLevel=ERROR -o ServerAliveInterval=15"
-)
 
 
 def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
@@ -61,8 +56,6 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         # fail (EXDEV) and uv would copy every file of torch and Ray into every host. Symlinks
         # share one copy (and its page cache); the cache outlives the hosts' venvs.
         "python_env_link_mode": "symlink",
-        # The hosts are on this machine's bridge: compressing SSH traffic only costs CPU.
-        "ansible_ssh_args": LOCAL_SSH_ARGS,
         "storage_backend": "local",
         "storage_local_root": str(bucket_root(ctx)),
     }
