@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -426,6 +427,22 @@ def test_cluster_nodes_have_their_own_opt_and_tmp(cluster: LocalCluster) -> None
         node_dir = cluster.state_dir / cluster.inventory["nodes"][0]["name"]
         assert (node_dir / folder / marker).exists()
     assert ssh_ok(cluster.key, first, "stat -c %a /tmp").strip() == "1777"
+
+
+@needs_hosts
+def test_cluster_nodes_have_their_own_bashrc(cluster: LocalCluster) -> None:
+    """sshd runs each command through bash, which reads ~/.bashrc: a node's is its own, and silent
+    for a non-interactive shell, while the machine's stays as it was."""
+    machine_rc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
+    if not machine_rc.is_file():
+        pytest.skip(f"{machine_rc} does not exist here: there is nothing for a node to cover")
+    before = machine_rc.read_bytes()
+    first = cluster.node_ips()[0]
+    node_dir = cluster.state_dir / cluster.inventory["nodes"][0]["name"]
+    seen = ssh_ok(cluster.key, first, "cat ~/.bashrc")
+    assert seen == (node_dir / "bashrc").read_text()
+    assert "return" in seen and cluster.inventory["nodes"][0]["name"] in seen
+    assert machine_rc.read_bytes() == before
 
 
 @needs_hosts

@@ -176,7 +176,7 @@ node_create() {
     RLINFRA_NODE_MAC RLINFRA_PREFIX_LEN RLINFRA_GATEWAY RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY
   preflight
   local name="$RLINFRA_NODE_NAME" ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
-  local ip_addr="$RLINFRA_NODE_IP" sshd pid config config_changed=0 wait_s="${RLINFRA_SSHD_WAIT_S:-20}"
+  local ip_addr="$RLINFRA_NODE_IP" sshd pid config config_changed=0 wait_s="${RLINFRA_SSHD_WAIT_S:-20}" home
   local view="$VIEW_ROOT/$ns"
   sshd="$(find_sshd)"
   [[ "$dir" == /?* ]] || die "node $name: node folder '$dir' is not an absolute path"
@@ -232,6 +232,15 @@ PrintMotd no
 X11Forwarding no
 Subsystem sftp internal-sftp"
   write_if_changed "$dir/sshd_config" 0644 "$config" && config_changed=1
+  # The host's own ~/.bashrc for the login user. sshd runs every command through the user's
+  # shell, and Debian's bash reads ~/.bashrc when sshd starts it, even for one command; this
+  # machine's file (pyenv, toolchains) is not the host's, and on a developer machine it can cost
+  # more than the Ansible task itself. A cloud image's is silent for non-interactive shells.
+  write_if_changed "$dir/bashrc" 0644 "# ~/.bashrc of rlinfra local host $name (written by host.sh node-create).
+# Non-interactive shells (Ansible tasks, rlinfra exec) read nothing here.
+case \$- in *i*) ;; *) return ;; esac
+PS1='\u@$name:\w\\$ '" && config_changed=1
+  home="$(getent passwd root | cut -d: -f6)"
   mkdir -p /run/sshd /opt "$view"
   in_node "$ns" "$dir" "$view" "$sshd" -t -f "$view/sshd_config" || die "node $name: sshd rejects $dir/sshd_config"
 
@@ -252,8 +261,9 @@ Subsystem sftp internal-sftp"
     setsid ip netns exec "$ns" unshare --mount --propagation private --pid --fork --mount-proc \
       --kill-child \
       sh -c 'mount --bind "$1" "$2" && mount --bind "$2/opt" /opt && mount --bind "$2/tmp" /tmp &&
+        { [ ! -f "$4/.bashrc" ] || mount --bind "$2/bashrc" "$4/.bashrc"; } &&
         exec "$3" -D -f "$2/sshd_config" -E "$2/sshd.log"' \
-      sh "$dir" "$view" "$sshd" </dev/null >/dev/null 2>&1 &
+      sh "$dir" "$view" "$sshd" "$home" </dev/null >/dev/null 2>&1 &
     pid=$!
     echo "$pid" >"$dir/sshd.pid"
   fi
