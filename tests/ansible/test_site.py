@@ -109,6 +109,8 @@ def base_extravars(wheelhouse: Path, ray_token_file: Path) -> dict[str, Any]:
         "python_env_find_links": [str(wheelhouse)],
         "python_env_no_index": True,
         "python_env_cache_dir": str(UV_CACHE),
+        # Both hosts see that one folder: the first to install fills it, then the other links.
+        "python_env_cache_shared": True,
         "python_env_check_imports": {"ray": "2.60.0", "torch": "2.13.0"},
         "node_env_cluster_name": "rlt",
         "node_env_cloud": "local",
@@ -153,6 +155,30 @@ def test_first_run_succeeds_with_every_role(first_run: PlaybookRun) -> None:
     }
     assert set(ROLES) <= ran
     assert not first_run.stats.get("failures") and not first_run.stats.get("dark")
+
+
+def _hosts_that_ran(run: PlaybookRun, task: str) -> list[str]:
+    return sorted(
+        e["event_data"]["host"]
+        for e in run.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed")
+        and e["event_data"].get("task") == task
+    )
+
+
+def test_first_install_fills_the_shared_uv_cache_alone(
+    testbed: Testbed, first_run: PlaybookRun
+) -> None:
+    """With one uv cache for both hosts, rank 0 installs first and alone, then the other."""
+    assert first_run.rc == 0, _explain(first_run)
+    names = [n.name for n in testbed.nodes]
+    assert (
+        _hosts_that_ran(
+            first_run, "Install the requirements with uv on the node that fills the shared cache"
+        )
+        == names[:1]
+    )
+    assert _hosts_that_ran(first_run, "Install the requirements with uv") == names[1:]
 
 
 def test_node_contract_on_each_node(testbed: Testbed, first_run: PlaybookRun) -> None:
