@@ -177,6 +177,31 @@ def test_problems_of_nan_matmul_is_a_problem() -> None:
     assert len(problems) == 1 and "relative error nan" in problems[0]
 
 
+def test_nvidia_device_files_are_the_numbered_ones(tmp_path: Path) -> None:
+    for name in ("nvidia1", "nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-caps", "null"):
+        (tmp_path / name).touch()
+    assert allreduce._nvidia_device_files(str(tmp_path)) == ["nvidia0", "nvidia1"]
+    assert allreduce._nvidia_device_files(str(tmp_path / "absent")) == []
+
+
+def test_gpu_count_without_device_files_is_zero_without_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(allreduce, "_nvidia_device_files", lambda: [])
+    monkeypatch.setattr(allreduce, "_node_ip", lambda: "10.0.0.7")
+    # An import of torch would now fail, and the count would say so (gpus -1, an error).
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert allreduce._gpu_count() == {"ip": "10.0.0.7", "gpus": 0, "error": ""}
+
+
+def test_gpu_count_with_device_files_asks_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allreduce, "_nvidia_device_files", lambda: ["nvidia0"])
+    monkeypatch.setattr(allreduce, "_node_ip", lambda: "10.0.0.7")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    out = allreduce._gpu_count()
+    assert out["gpus"] == -1 and "torch" in out["error"]
+
+
 def test_cpu_node_check_is_skipped_without_looking() -> None:
     assert cuda.check("cpu-0", 0) == {
         "host": "cpu-0",

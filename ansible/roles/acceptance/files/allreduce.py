@@ -12,7 +12,8 @@ Two launchers start the ranks:
   * ray (the default, `rlinfra check`): on the head, against the running Ray cluster
     (ray.init(address="auto")). One actor per node on CPU clusters (gloo; a STRICT_SPREAD
     placement group puts one on each node) or one actor per GPU on GPU clusters (nccl; one GPU
-    bundle per GPU, PACK). One task per node also reports torch.cuda.device_count() there.
+    bundle per GPU, PACK). One task per node also reports torch.cuda.device_count() there (0,
+    without importing torch, on a node with no NVIDIA device file).
   * local: on one node, without Ray: one process per local GPU (nccl), or --local-ranks
     processes (gloo, default 1) on a CPU node. This checks a node's own GPUs and NCCL before, or
     without, a cluster.
@@ -163,6 +164,15 @@ def _node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
+def _nvidia_device_files(dev: str = "/dev") -> list[str]:
+    """The GPU device files of the NVIDIA driver here (nvidia0, nvidia1, ...)."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith("nvidia") and n[len("nvidia") :].isdigit())
+
+
 def _gpu_count() -> dict:
     """This node's IP and torch.cuda.device_count() (run as a Ray task on that node).
 
@@ -170,6 +180,10 @@ def _gpu_count() -> dict:
     in a worker process that has not touched CUDA yet, so dropping that setting before torch
     starts lets it count every device of the node.
     """
+    if not _nvidia_device_files():
+        # No NVIDIA device file: no driver can show a GPU here, and importing torch in this
+        # extra process only to hear so costs seconds of CPU on every CPU node.
+        return {"ip": _node_ip(), "gpus": 0, "error": ""}
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         del os.environ["CUDA_VISIBLE_DEVICES"]
     try:
@@ -394,7 +408,7 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         key=lambda n: (rank_of.get(n["NodeManagerAddress"], len(rank_of)), n["NodeManagerAddress"])
     )
 
-    # Count each node's GPUs while the actors start (both import torch).
+    # Count each node's GPUs while the actors start (both import torch on GPU nodes).
     count_task = ray.remote(num_cpus=0, max_retries=0)(_gpu_count)
     count_refs = [
         count_task.options(
