@@ -230,6 +230,7 @@ class LocalCluster:
     node_count: int
     state_dir: Path
     key: Path
+    disk_size: str = "4g"
     inventory: dict[str, Any] = field(default_factory=dict)
     network: dict[str, Any] = field(default_factory=dict)
 
@@ -244,6 +245,7 @@ class LocalCluster:
             "subnet_cidr": self.subnet,
             "state_dir": str(self.state_dir),
             "ssh_public_key_path": f"{self.key}.pub",
+            "node_disk_size": self.disk_size,
             **overrides,
         }
         return [f"-var={k}={v}" for k, v in values.items()]
@@ -320,10 +322,12 @@ class LocalCluster:
                 run(["umount", "-l", mount_point])
             view.rmdir()
         for node_dir in self.state_dir.glob(f"{self.name}-*"):
+            for mount_point in mounts_under(node_dir):
+                run(["umount", "-l", mount_point])
             shutil.rmtree(node_dir, ignore_errors=True)
 
 
-def make_cluster(tmp: Path, node_count: int) -> LocalCluster:
+def make_cluster(tmp: Path, node_count: int, disk_size: str = "4g") -> LocalCluster:
     key = tmp / "id_ed25519"
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     state_dir = tmp / "nodes"
@@ -335,6 +339,7 @@ def make_cluster(tmp: Path, node_count: int) -> LocalCluster:
         node_count=node_count,
         state_dir=state_dir,
         key=key,
+        disk_size=disk_size,
     )
 
 
@@ -343,8 +348,8 @@ def make_local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
     """Factory of applied clusters; each is destroyed at the end, with a fallback cleanup."""
     made: list[LocalCluster] = []
 
-    def make(node_count: int = 2) -> LocalCluster:
-        cluster = make_cluster(tmp_path_factory.mktemp("cluster"), node_count)
+    def make(node_count: int = 2, disk_size: str = "4g") -> LocalCluster:
+        cluster = make_cluster(tmp_path_factory.mktemp("cluster"), node_count, disk_size)
         made.append(cluster)
         cluster.apply()
         return cluster
@@ -427,6 +432,43 @@ def test_cluster_nodes_have_their_own_opt_and_tmp(cluster: LocalCluster) -> None
         node_dir = cluster.state_dir / cluster.inventory["nodes"][0]["name"]
         assert (node_dir / folder / marker).exists()
     assert ssh_ok(cluster.key, first, "stat -c %a /tmp").strip() == "1777"
+
+
+def mount_types_under(path: Path) -> dict[str, str]:
+    """Mount point -> filesystem type, for the machine's mounts at or below a folder."""
+    found = {}
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount_point, fs_type, *_ = line.split()
+        if mount_point == str(path) or mount_point.startswith(f"{path}/"):
+            found[mount_point] = fs_type
+    return found
+
+
+@needs_hosts
+def test_cluster_node_disks_are_tmpfs_seen_from_the_machine(cluster: LocalCluster) -> None:
+    """/opt and /tmp of a node are tmpfs mounts of the node folder, capped at node_disk_size."""
+    first = cluster.node_ips()[0]
+    seen = ssh_ok(cluster.key, first, "stat -f -c %T /opt /tmp; df -k --output=size /opt /tmp")
+    kinds, sizes = seen.split()[:2], [int(v) for v in seen.split()[3:]]
+    assert kinds == ["tmpfs", "tmpfs"]
+    assert sizes == [4 * 1024 * 1024] * 2, "node_disk_size 4g caps each disk"
+    node_dir = cluster.state_dir / cluster.inventory["nodes"][0]["name"]
+    assert mount_types_under(node_dir) == {
+        str(node_dir / "opt"): "tmpfs",
+        str(node_dir / "tmp"): "tmpfs",
+    }
+    assert (node_dir / "opt").stat().st_mode & 0o7777 == 0o755
+
+
+@needs_hosts
+def test_cluster_empty_disk_size_keeps_plain_folders(make_local_cluster: Any) -> None:
+    cluster = make_local_cluster(1, disk_size="")
+    [ip] = cluster.node_ips()
+    node_dir = cluster.state_dir / cluster.inventory["nodes"][0]["name"]
+    assert mount_types_under(cluster.state_dir) == {}
+    assert ssh_ok(cluster.key, ip, "stat -f -c %T /opt").strip() != "tmpfs"
+    ssh_ok(cluster.key, ip, "echo on-disk > /opt/marker")
+    assert (node_dir / "opt" / "marker").read_text() == "on-disk\n"
 
 
 @needs_hosts
@@ -580,6 +622,7 @@ def test_cluster_node_count_change_touches_only_tail_nodes(make_local_cluster: A
         ("subnet_cidr", "10.213.250.7/24", "subnet_cidr must be an IPv4 network address"),
         ("state_dir", "relative/nodes", "state_dir must be an absolute path"),
         ("cluster_name", "Bad_Name", "cluster_name must match"),
+        ("node_disk_size", "4 GB", "node_disk_size must be empty or a size"),
     ],
 )
 def test_cluster_bad_variable_fails_at_plan(

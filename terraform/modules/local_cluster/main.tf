@@ -88,6 +88,8 @@ resource "terraform_data" "node" {
     prefix_len         = local.prefix_len
     ssh_authorized_key = trimspace(var.ssh_authorized_key)
     script             = local.script
+    # Read at create only: a new size applies to nodes made from then on.
+    disk_size = var.node_disk_size
   })
 
   provisioner "local-exec" {
@@ -105,6 +107,7 @@ resource "terraform_data" "node" {
       RLINFRA_GATEWAY        = self.input.gateway
       RLINFRA_NODE_DIR       = self.input.dir
       RLINFRA_AUTHORIZED_KEY = self.input.ssh_authorized_key
+      RLINFRA_NODE_DISK_SIZE = self.input.disk_size
     }
   }
 

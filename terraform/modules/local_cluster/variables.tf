@@ -51,3 +51,14 @@ variable "ssh_authorized_key" {
     error_message = "ssh_authorized_key must be a single OpenSSH public key line, such as \"ssh-ed25519 AAAA... comment\"."
   }
 }
+
+variable "node_disk_size" {
+  description = "Size limit of each node's /opt and /tmp, each a tmpfs (RAM, used only as filled), such as \"4g\"; \"\" keeps them as plain folders on the machine's disk."
+  type        = string
+  default     = "4g"
+
+  validation {
+    condition     = can(regex("^([1-9][0-9]*[kmg])?$", var.node_disk_size))
+    error_message = "node_disk_size must be empty or a size such as \"512m\" or \"4g\" (digits, then k, m or g)."
+  }
+}

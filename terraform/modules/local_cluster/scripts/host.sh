@@ -11,6 +11,8 @@
 #   node-create      RLINFRA_CLUSTER RLINFRA_NODE_NAME RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE
 #                    RLINFRA_NODE_IP RLINFRA_NODE_MAC RLINFRA_PREFIX_LEN RLINFRA_GATEWAY
 #                    RLINFRA_NODE_DIR RLINFRA_AUTHORIZED_KEY [RLINFRA_SSHD_WAIT_S, default 20]
+#                    [RLINFRA_NODE_DISK_SIZE: tmpfs size of /opt and /tmp, default 4g; empty:
+#                    plain folders on disk]
 #   node-destroy     RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR [RLINFRA_KILL_WAIT_S, default 10]
 #
 # Every create converges when run again on what exists; every destroy succeeds on what is gone.
@@ -18,9 +20,9 @@
 # fixed MAC addresses, so a host made again keeps its address and its neighbours' ARP caches stay
 # right (a bridge otherwise takes the lowest MAC of its ports, which changes as nodes come and go).
 #
-# Inside a node's mount namespace the node folder is bound at /run/rlinfra/<netns> before its opt/
-# and tmp/ are bound over /opt and /tmp, so sshd finds its files even when the node folder itself
-# lies under /tmp or /opt on the host. sshd_config therefore names /run/rlinfra/<netns> paths.
+# Inside a node's mount namespace the node folder is bound (recursively: opt/ and tmp/ are tmpfs
+# mounts) at /run/rlinfra/<netns> before its opt/ and tmp/ are bound over /opt and /tmp, so sshd
+# finds its files even when the node folder itself lies under /tmp or /opt on the host. sshd_config therefore names /run/rlinfra/<netns> paths.
 set -euo pipefail
 umask 022
 
@@ -101,7 +103,7 @@ in_node() {
   local ns="$1" dir="$2" view="$3"
   shift 3
   ip netns exec "$ns" unshare --mount --propagation private \
-    sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$dir" "$view" "$@"
+    sh -c 'mount --rbind "$1" "$2" && shift 2 && exec "$@"' sh "$dir" "$view" "$@"
 }
 
 # Mount points at or below a folder, deepest first.
@@ -177,14 +179,30 @@ node_create() {
   preflight
   local name="$RLINFRA_NODE_NAME" ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
   local ip_addr="$RLINFRA_NODE_IP" sshd pid config config_changed=0 wait_s="${RLINFRA_SSHD_WAIT_S:-20}" home
+  local disk_size="${RLINFRA_NODE_DISK_SIZE-4g}"
   local view="$VIEW_ROOT/$ns"
   sshd="$(find_sshd)"
   [[ "$dir" == /?* ]] || die "node $name: node folder '$dir' is not an absolute path"
   ((${#veth} <= 15)) || die "node $name: link name '$veth' is longer than 15 characters"
   link_exists "$RLINFRA_BRIDGE" || die "node $name: bridge '$RLINFRA_BRIDGE' does not exist"
 
-  # The node folder: its /opt, /tmp and sshd files.
+  # The node folder: its /opt, /tmp and sshd files. /opt and /tmp are each a tmpfs, mounted in
+  # the machine's mount namespace (so the node folder shows them, and destroy unmounts them), as
+  # a host's own disk: what a node writes there (a venv of links into the uv cache, Ray's
+  # session files) never goes through the machine's filesystem, whose freed blocks (with online
+  # discard) can slow every later create there for seconds, and goes at once with the node.
   mkdir -p "$dir/opt" "$dir/tmp"
+  [[ -z "$disk_size" || "$disk_size" =~ ^[1-9][0-9]*[kmg]$ ]] || die "node $name: disk size '$disk_size' is not like 4g"
+  local place mode
+  for place in opt tmp; do
+    [[ -n "$disk_size" ]] && ! mountpoint -q "$dir/$place" || continue
+    mode=0755
+    [[ "$place" == opt ]] || mode=1777
+    mount -t tmpfs -o "size=$disk_size,mode=$mode" "rlinfra-$place" "$dir/$place" ||
+      die "node $name: could not mount a tmpfs at $dir/$place"
+    # A running sshd would still show the folder that is now covered.
+    config_changed=1
+  done
   chmod 1777 "$dir/tmp"
   write_if_changed "$dir/$NODE_MARKER" 0644 \
     "{\"managed_by\": \"rlinfra\", \"cluster\": \"$RLINFRA_CLUSTER\", \"node\": \"$name\", \"netns\": \"$ns\", \"ip\": \"$ip_addr\"}" || true
@@ -260,7 +278,7 @@ PS1='\u@$name:\w\\$ '" && config_changed=1
     # down with it (--kill-child).
     setsid ip netns exec "$ns" unshare --mount --propagation private --pid --fork --mount-proc \
       --kill-child \
-      sh -c 'mount --bind "$1" "$2" && mount --bind "$2/opt" /opt && mount --bind "$2/tmp" /tmp &&
+      sh -c 'mount --rbind "$1" "$2" && mount --bind "$2/opt" /opt && mount --bind "$2/tmp" /tmp &&
         { [ ! -f "$4/.bashrc" ] || mount --bind "$2/bashrc" "$4/.bashrc"; } &&
         exec "$3" -D -f "$2/sshd_config" -E "$2/sshd.log"' \
       sh "$dir" "$view" "$sshd" "$home" </dev/null >/dev/null 2>&1 &

@@ -33,6 +33,12 @@ variable "state_dir" {
   default     = null
 }
 
+variable "node_disk_size" {
+  description = "Size limit of each host's /opt and /tmp (tmpfs); \"\" for plain folders on disk."
+  type        = string
+  default     = "4g"
+}
+
 variable "ssh_public_key_path" {
   description = "Path of the OpenSSH public key allowed to log in as root."
   type        = string
@@ -46,6 +52,7 @@ module "cluster" {
   subnet_cidr        = var.subnet_cidr
   state_dir          = coalesce(var.state_dir, abspath("${path.root}/nodes"))
   ssh_authorized_key = file(var.ssh_public_key_path)
+  node_disk_size     = var.node_disk_size
 }
 
 output "inventory" {
