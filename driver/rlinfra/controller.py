@@ -48,13 +48,23 @@ def _wheelhouse_requirements(pins: PinSet) -> list[str]:
     return ["-r", str(lock)] if lock is not None else list(pins.packages)
 
 
-def wheelhouse_dir(cache: Path, pins: PinSet) -> Path:
+def _pins_folder_name(pins: PinSet) -> str:
+    """<pin set>-<digest of its lock (or of its packages when it has no lock)>."""
     from rlinfra.lock import current_lock
 
     lock = current_lock(pins)
     what = lock.read_text() if lock is not None else "\n".join(pins.packages)
     digest = hashlib.sha256(what.encode()).hexdigest()[:12]
-    return cache / "wheelhouse" / f"{pins.name}-{digest}"
+    return f"{pins.name}-{digest}"
+
+
+def wheelhouse_dir(cache: Path, pins: PinSet) -> Path:
+    return cache / "wheelhouse" / _pins_folder_name(pins)
+
+
+def pycache_dir(cache: Path, pins: PinSet) -> Path:
+    """Bytecode of one lock's packages, shared by hosts that install them at the same path."""
+    return cache / "pycache" / _pins_folder_name(pins)
 
 
 def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:

@@ -106,6 +106,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
             str(ctx.deployment_dir / LOCK_FILE) if current_lock(pins) is not None else ""
         ),
         "python_env_cache_dir": "",
+        "python_env_pycache_prefix": "",
         "python_env_check_imports": dict(pins.imports),
         "network_interface": profile.network.interface or "",
         "node_env_cluster_name": plan.cluster,

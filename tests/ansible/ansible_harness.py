@@ -24,6 +24,7 @@ PACKAGES = ["ray[default]==2.60.0", "torch==2.13.0"]
 # nodes must read from the controller lives under /var/tmp.
 WHEELHOUSE = Path("/var/tmp/rlinfra-test-wheelhouse")
 UV_CACHE = Path("/var/tmp/rlinfra-test-uvcache")
+PYCACHE = Path("/var/tmp/rlinfra-test-pycache")
 
 
 def system_python() -> str:

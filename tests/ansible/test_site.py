@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from ansible_harness import (
     PACKAGES,
+    PYCACHE,
     UV_CACHE,
     VENV_BIN,
     PlaybookRun,
@@ -109,8 +110,12 @@ def base_extravars(wheelhouse: Path, ray_token_file: Path) -> dict[str, Any]:
         "python_env_find_links": [str(wheelhouse)],
         "python_env_no_index": True,
         "python_env_cache_dir": str(UV_CACHE),
-        # Both hosts see that one folder: the first to install fills it, then the other links.
+        # Both hosts see that one folder: the first to install fills it, then the other links
+        # (symlinks: the cache is on another mount than the hosts' /opt), and both keep their
+        # bytecode in one folder, as on the local cloud.
         "python_env_cache_shared": True,
+        "python_env_link_mode": "symlink",
+        "python_env_pycache_prefix": str(PYCACHE),
         "python_env_check_imports": {"ray": "2.60.0", "torch": "2.13.0"},
         "node_env_cluster_name": "rlt",
         "node_env_cloud": "local",
@@ -179,6 +184,30 @@ def test_first_install_fills_the_shared_uv_cache_alone(
         == names[:1]
     )
     assert _hosts_that_ran(first_run, "Install the requirements with uv") == names[1:]
+
+
+def test_hosts_share_one_bytecode_folder(testbed: Testbed, first_run: PlaybookRun) -> None:
+    """The venv's Python keeps bytecode under python_env_pycache_prefix, not in the venv: torch,
+    imported by the install check on both hosts, is compiled there once for both."""
+    assert first_run.rc == 0, _explain(first_run)
+    probe = (
+        "/opt/rlinfra/venv/bin/python -c 'import sys, importlib.util as u, torch; "
+        'print(sys.pycache_prefix); print(u.cache_from_source(torch.__file__))\''
+    )
+    seen = []
+    for node in testbed.nodes:
+        out = testbed.ssh(node, probe)
+        assert out.returncode == 0, out.stderr
+        prefix, pyc = out.stdout.split()[-2:]
+        assert prefix == str(PYCACHE)
+        assert pyc.startswith(f"{PYCACHE}/opt/rlinfra/venv/")
+        seen.append(pyc)
+        venv_pycs = testbed.ssh(
+            node, "ls /opt/rlinfra/venv/lib/python3*/site-packages/torch/__pycache__ 2>/dev/null"
+        )
+        assert venv_pycs.stdout.strip() == "", "bytecode was written into the venv"
+    assert seen[0] == seen[1]
+    assert Path(seen[0]).is_file(), "the shared folder lacks torch's bytecode"
 
 
 def test_node_contract_on_each_node(testbed: Testbed, first_run: PlaybookRun) -> None:

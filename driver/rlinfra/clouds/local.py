@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra.context import Context
+from rlinfra.controller import pycache_dir
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan
 from rlinfra.render import Host
@@ -57,6 +58,9 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         # fail (EXDEV) and uv would copy every file of torch and Ray into every host. Symlinks
         # share one copy (and its page cache); the cache outlives the hosts' venvs.
         "python_env_link_mode": "symlink",
+        # So every host's venv is the same files at the same path: torch and Ray are compiled to
+        # bytecode once on this machine, not once per host and per cluster.
+        "python_env_pycache_prefix": str(pycache_dir(ctx.cache, plan.pins)),
         "storage_backend": "local",
         "storage_local_root": str(bucket_root(ctx)),
     }
