@@ -274,6 +274,14 @@ class Member:
 
             gpu_ids = ray.get_gpu_ids() if self.backend == "nccl" else []
             ip, gpu = _node_ip(), (int(gpu_ids[0]) if gpu_ids else -1)
+            node_id = ray.get_runtime_context().get_node_id()
+            return {
+                "ip": ip,
+                "interface": os.environ.get(env_name, ""),
+                "gpu": gpu,
+                "node_id": node_id,
+                "nvidia_device_files": len(_nvidia_device_files()),
+            }
         return {"ip": ip, "interface": os.environ.get(env_name, ""), "gpu": gpu}
 
     def free_port(self) -> int:
@@ -408,19 +416,24 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         key=lambda n: (rank_of.get(n["NodeManagerAddress"], len(rank_of)), n["NodeManagerAddress"])
     )
 
-    # Count each node's GPUs while the actors start (both import torch on GPU nodes).
-    count_task = ray.remote(num_cpus=0, max_retries=0)(_gpu_count)
-    count_refs = [
-        count_task.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote()
-        for n in nodes
-    ]
     ray_gpus = [int(n.get("Resources", {}).get("GPU", 0)) for n in nodes]
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if nodes and min(ray_gpus) > 0 else "gloo"
     health = _want_health(args, backend)
+
+    # Each node's GPU count, from torch in a task of its own (Ray hides the GPUs from tasks that
+    # asked for none). On GPU clusters it runs while the actors start (both import torch).
+    # With gloo there is one actor per node, which tells whether the node has any NVIDIA device
+    # file: only nodes that do need the task, and the others spare a worker process.
+    count_task = ray.remote(num_cpus=0, max_retries=0)(_gpu_count)
+
+    def count_on(node: dict) -> Any:
+        return count_task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote()
+
+    count_refs: list[Any] = [count_on(n) for n in nodes] if backend == "nccl" else []
 
     if backend == "nccl":
         bundles = [{"GPU": 1} for _ in range(sum(ray_gpus))]
@@ -457,6 +470,14 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
             key=lambda mp: (rank_of.get(mp[1]["ip"], len(rank_of)), mp[1]["ip"], mp[1]["gpu"]),
         )
         phase("start_actors")
+        if backend != "nccl":
+            devices = {p.get("node_id"): p.get("nvidia_device_files", 1) for p in places}
+            count_refs = [
+                count_on(n)
+                if devices.get(n["NodeID"], 1)
+                else {"ip": n["NodeManagerAddress"], "gpus": 0, "error": ""}
+                for n in nodes
+            ]
         members = [m for m, _ in ordered]
         places = [p for _, p in ordered]
         world = len(members)
@@ -493,7 +514,9 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
             ray.kill(m)
         remove_placement_group(pg)
 
-    counts = ray.get(count_refs, timeout=args.timeout_s)
+    pending = [ref for ref in count_refs if not isinstance(ref, dict)]
+    got = iter(ray.get(pending, timeout=args.timeout_s) if pending else [])
+    counts = [ref if isinstance(ref, dict) else next(got) for ref in count_refs]
     phase("count_gpus")
     by_ip: dict[str, dict] = {}
     for node, count, ngpus in zip(nodes, counts, ray_gpus, strict=True):
