@@ -192,7 +192,7 @@ def test_hosts_share_one_bytecode_folder(testbed: Testbed, first_run: PlaybookRu
     assert first_run.rc == 0, _explain(first_run)
     probe = (
         "/opt/rlinfra/venv/bin/python -c 'import sys, importlib.util as u, torch; "
-        'print(sys.pycache_prefix); print(u.cache_from_source(torch.__file__))\''
+        "print(sys.pycache_prefix); print(u.cache_from_source(torch.__file__))'"
     )
     seen = []
     for node in testbed.nodes:
