@@ -462,6 +462,31 @@ def test_preflight_refuses_a_public_dashboard(
     assert "ray_cluster_dashboard_host is '0.0.0.0'" in "\n".join(run.failures())
 
 
+@pytest.mark.parametrize("prefix", ["relative/pycache", "/var/tmp/it's", "/var/tmp/a b"])
+def test_preflight_refuses_a_bytecode_folder_the_pth_line_cannot_hold(
+    testbed: Testbed,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    prefix: str,
+) -> None:
+    """The folder goes into a Python string in the venv's .pth file: preflight stops anything
+    but an absolute path without spaces, quotes or backslashes, before any change."""
+    run = run_playbook(
+        tmp_path_factory.mktemp("pycache"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "python_env_pycache_prefix": prefix},
+    )
+    assert run.rc != 0
+    roles = {
+        e["event_data"].get("role")
+        for e in run.events
+        if e.get("event", "").startswith("runner_on_")
+    }
+    assert roles == {"preflight"}
+    assert "python_env_pycache_prefix empty or an absolute path" in "\n".join(run.failures())
+
+
 def test_network_refuses_an_interface_without_the_private_ip(
     testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -12,8 +12,9 @@ Two launchers start the ranks:
   * ray (the default, `rlinfra check`): on the head, against the running Ray cluster
     (ray.init(address="auto")). One actor per node on CPU clusters (gloo; a STRICT_SPREAD
     placement group puts one on each node) or one actor per GPU on GPU clusters (nccl; one GPU
-    bundle per GPU, PACK). One task per node also reports torch.cuda.device_count() there (0,
-    without importing torch, on a node with no NVIDIA device file).
+    bundle per GPU, PACK). A task per node also reports torch.cuda.device_count() there (0,
+    without importing torch, on a node with no NVIDIA device file); on CPU clusters only nodes
+    whose actor saw an NVIDIA device file run it.
   * local: on one node, without Ray: one process per local GPU (nccl), or --local-ranks
     processes (gloo, default 1) on a CPU node. This checks a node's own GPUs and NCCL before, or
     without, a cluster.
@@ -269,20 +270,17 @@ class Member:
         env_name = "NCCL_SOCKET_IFNAME" if self.backend == "nccl" else "GLOO_SOCKET_IFNAME"
         if self.ip:  # local launcher
             ip, gpu = self.ip, (self.device if self.backend == "nccl" else -1)
-        else:
-            import ray
+            return {"ip": ip, "interface": os.environ.get(env_name, ""), "gpu": gpu}
+        import ray
 
-            gpu_ids = ray.get_gpu_ids() if self.backend == "nccl" else []
-            ip, gpu = _node_ip(), (int(gpu_ids[0]) if gpu_ids else -1)
-            node_id = ray.get_runtime_context().get_node_id()
-            return {
-                "ip": ip,
-                "interface": os.environ.get(env_name, ""),
-                "gpu": gpu,
-                "node_id": node_id,
-                "nvidia_device_files": len(_nvidia_device_files()),
-            }
-        return {"ip": ip, "interface": os.environ.get(env_name, ""), "gpu": gpu}
+        gpu_ids = ray.get_gpu_ids() if self.backend == "nccl" else []
+        return {
+            "ip": _node_ip(),
+            "interface": os.environ.get(env_name, ""),
+            "gpu": int(gpu_ids[0]) if gpu_ids else -1,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "nvidia_device_files": len(_nvidia_device_files()),
+        }
 
     def free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

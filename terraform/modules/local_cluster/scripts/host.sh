@@ -22,7 +22,8 @@
 #
 # Inside a node's mount namespace the node folder is bound (recursively: opt/ and tmp/ are tmpfs
 # mounts) at /run/rlinfra/<netns> before its opt/ and tmp/ are bound over /opt and /tmp, so sshd
-# finds its files even when the node folder itself lies under /tmp or /opt on the host. sshd_config therefore names /run/rlinfra/<netns> paths.
+# finds its files even when the node folder itself lies under /tmp or /opt on the host.
+# sshd_config therefore names /run/rlinfra/<netns> paths.
 set -euo pipefail
 umask 022
 
