@@ -203,6 +203,17 @@ def test_raylet_found_by_the_real_helper_or_named_missing(tmp_path: Path) -> Non
     assert problems == ["could not read its Ray processes (CalledProcessError)"]
 
 
+def test_ray_helper_knows_the_processes_ray_stop_knows() -> None:
+    # The helper writes Ray's list out (importing Ray costs it most of a second per call): it
+    # must stay the list of the pinned Ray, in the same order.
+    constants = pytest.importorskip("ray.autoscaler._private.constants")
+    namespace: dict[str, Any] = {"__name__": "ray_node"}
+    exec(compile(RAY_HELPER.read_text(), str(RAY_HELPER), "exec"), namespace)
+    assert namespace["RAY_PROCESSES"] == [
+        (str(keyword), bool(by_name)) for keyword, by_name in constants.RAY_PROCESSES
+    ]
+
+
 class Dashboard:
     """Answers the two dashboard calls the check makes, only with the right token."""
 
