@@ -26,6 +26,8 @@ class Controller:
     uv_binary: str
     system_python: str
     wheelhouse: str | None
+    # A copy of uv on this machine's disk that local hosts see (None on other clouds).
+    uv_binary_on_hosts: str | None = None
     # RLINFRA_AWS_ENDPOINT_URL: an AWS-compatible endpoint (an emulator) for every service.
     aws_endpoint: str | None = None
     # RLINFRA_TF_PLUGIN_MIRROR: a filesystem mirror of Terraform providers (no registry access).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,6 @@ def uv_binary() -> str:
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
         pass
-    import shutil
-
     found = shutil.which("uv")
     if not found:
         raise UsageError("uv not found", "Install it with `pip install uv`.")
@@ -37,6 +36,30 @@ def system_python() -> str:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     raise UsageError(f"no system Python found in {base}")
+
+
+def staged_uv(cache: Path, uv: str) -> Path:
+    """Where a copy of the controller's uv goes for hosts that share this machine's disk.
+
+    Named by the binary's path, size and modification time, so a new uv gets a new name and a
+    host never copies a half-replaced file.
+    """
+    source = Path(uv).resolve()
+    stat = source.stat()
+    key = f"{source}:{stat.st_size}:{stat.st_mtime_ns}"
+    return cache / "bin" / f"uv-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def stage_uv(cache: Path, uv: str) -> Path:
+    """Copy uv into the cache once (atomically), and return the copy's path."""
+    dest = staged_uv(cache, uv)
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = dest.with_name(f".{dest.name}.{os.getpid()}")
+        shutil.copyfile(uv, partial)
+        partial.chmod(0o755)
+        os.replace(partial, dest)
+    return dest
 
 
 def _wheelhouse_requirements(pins: PinSet) -> list[str]:

@@ -83,7 +83,14 @@ def check_collisions(plan: Plan, home: Path) -> None:
 
 
 def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
-    from rlinfra.controller import build_wheelhouse, system_python, uv_binary, wheelhouse_dir
+    from rlinfra.controller import (
+        build_wheelhouse,
+        stage_uv,
+        staged_uv,
+        system_python,
+        uv_binary,
+        wheelhouse_dir,
+    )
 
     wheelhouse: str | None = None
     cache = rlinfra_cache(home)
@@ -97,10 +104,16 @@ def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
         wheelhouse = str(folder)
     elif source:
         wheelhouse = str(build_wheelhouse(cache, plan.pins, source))
+    uv = uv_binary()
+    on_hosts: str | None = None
+    if plan.profile.cloud == "local":
+        # Local hosts see the cache: each copies uv from there instead of through SSH.
+        on_hosts = str(stage_uv(cache, uv) if build else staged_uv(cache, uv))
     return Controller(
-        uv_binary=uv_binary(),
+        uv_binary=uv,
         system_python=system_python(),
         wheelhouse=wheelhouse,
+        uv_binary_on_hosts=on_hosts,
         aws_endpoint=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
         tf_plugin_mirror=os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None,
     )

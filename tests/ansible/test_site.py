@@ -487,6 +487,28 @@ def test_preflight_refuses_a_bytecode_folder_the_pth_line_cannot_hold(
     assert "python_env_pycache_prefix empty or an absolute path" in "\n".join(run.failures())
 
 
+def test_preflight_refuses_a_relative_uv_on_the_host(
+    testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The host-side copy of uv is a path on the node: a relative one stops the run in preflight."""
+    run = run_playbook(
+        tmp_path_factory.mktemp("uv-host-src"),
+        "site.yml",
+        testbed.inventory(),
+        {**extravars, "python_env_uv_binary_host_src": "cache/bin/uv"},
+    )
+    assert run.rc != 0
+    roles = {
+        e["event_data"].get("role")
+        for e in run.events
+        if e.get("event", "").startswith("runner_on_")
+    }
+    assert roles == {"preflight"}
+    failures = "\n".join(run.failures())
+    assert "python_env_uv_binary_host_src empty or an absolute path on the node" in failures
+    assert "'cache/bin/uv'" in failures
+
+
 def test_network_refuses_an_interface_without_the_private_ip(
     testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -30,6 +30,7 @@ def fixed_context() -> Context:
             uv_binary="/usr/local/bin/uv",
             system_python="/usr/bin/python3.11",
             wheelhouse="/srv/rlinfra/cache/wheelhouse/cpu-sandbox-000000000000",
+            uv_binary_on_hosts="/srv/rlinfra/cache/bin/uv-000000000000",
         ),
     )
 
@@ -120,6 +121,8 @@ def test_render_contents_and_golden_files() -> None:
     assert ansible_vars["python_env_python"] == "/usr/bin/python3.11"
     assert ansible_vars["ray_cluster_dashboard_host"] == "127.0.0.1"
     assert ansible_vars["base_manage_limits"] is False
+    # Local hosts copy uv from the cache they see, not through SSH.
+    assert ansible_vars["python_env_uv_binary_host_src"] == "/srv/rlinfra/cache/bin/uv-000000000000"
     check_golden("local/terraform.tfvars.json", files["terraform/cluster/terraform.tfvars.json"])
     check_golden("local/storage.tfvars.json", files["terraform/storage/terraform.tfvars.json"])
     check_golden("local/vars.yml", files["ansible/vars.yml"])
@@ -171,3 +174,26 @@ def test_ray_token_is_made_once_private_and_never_rendered(tmp_path: Path) -> No
     files = render(local_plan(), fixed_context())
     assert files["ansible/vars.yml"].count("ray_cluster_auth_token_src:") == 1
     assert not any(token in text for text in files.values())
+
+
+def test_uv_is_staged_once_under_a_name_that_follows_the_binary(tmp_path: Path) -> None:
+    from rlinfra.controller import stage_uv, staged_uv
+
+    uv = tmp_path / "uv"
+    uv.write_bytes(b"uv 1")
+    cache = tmp_path / "cache"
+    first = stage_uv(cache, str(uv))
+    assert first == staged_uv(cache, str(uv))
+    assert first.parent == cache / "bin"
+    assert first.read_bytes() == b"uv 1"
+    assert first.stat().st_mode & 0o777 == 0o755
+    before = first.stat().st_mtime_ns
+    assert stage_uv(cache, str(uv)) == first  # staged already: not copied again
+    assert first.stat().st_mtime_ns == before
+    # A new uv (new size or time) gets a new name, so no host ever reads a half-copied file.
+    uv.write_bytes(b"uv 2.0")
+    second = stage_uv(cache, str(uv))
+    assert second != first
+    assert second.read_bytes() == b"uv 2.0"
+    assert first.read_bytes() == b"uv 1"
+    assert sorted(p.name for p in (cache / "bin").iterdir()) == sorted([first.name, second.name])

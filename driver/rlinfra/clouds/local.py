@@ -53,6 +53,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "base_manage_limits": False,
         "python_env_python": ctx.controller.system_python if python == "system" else python,
         "python_env_cache_dir": str(ctx.cache / "uv"),
+        "python_env_uv_binary_host_src": ctx.controller.uv_binary_on_hosts or "",
         "python_env_cache_shared": True,
         # The hosts see that cache through another mount than their own /opt, where hardlinks
         # fail (EXDEV) and uv would copy every file of torch and Ray into every host. Symlinks
