@@ -24,7 +24,8 @@ node exported in GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, then for each size:
 
   * checks the numbers: rank r contributes a tensor full of r + 1; every element of the sum
     must be n (n + 1) / 2; a wrong value fails the check;
-  * times `iters` all-reduces after `warmup` untimed ones (the slowest rank's mean counts);
+  * times `iters` all-reduces after `warmup` untimed ones (the slowest rank's mean counts); the
+    checked all-reduce is the first untimed one, so it always runs, even with `--warmup 0`;
   * reports algbw = bytes / time and busbw = algbw * 2 (n - 1) / n (nccl-tests' definition,
     10^9 bytes per second). With one rank nothing crosses a link: busbw is null (undefined),
     never a made-up number, and "notes" says so.
@@ -321,14 +322,15 @@ class Member:
         device = "cuda" if self.backend == "nccl" else "cpu"
         numel = max(1, size_bytes // 4)
         expected = self.world * (self.world + 1) / 2
-        check = torch.full((numel,), float(self.rank + 1), dtype=torch.float32, device=device)
-        dist.all_reduce(check)
+        # The checked all-reduce is the first untimed one; the others reuse its buffer, zeroed
+        # (so no value can grow out of range however many iterations run).
+        buf = torch.full((numel,), float(self.rank + 1), dtype=torch.float32, device=device)
+        dist.all_reduce(buf)
         self._sync()
-        wrong = int((check != expected).sum().item())
-        sample = float(check[0].item())
-        del check
-        buf = torch.zeros(numel, dtype=torch.float32, device=device)
-        for _ in range(warmup):
+        wrong = int((buf != expected).sum().item())
+        sample = float(buf[0].item())
+        buf.zero_()
+        for _ in range(warmup - 1):
             dist.all_reduce(buf)
         self._sync()
         dist.barrier()
