@@ -171,6 +171,22 @@ def _hosts_that_ran(run: PlaybookRun, task: str) -> list[str]:
     )
 
 
+def _roles_that_ran(run: PlaybookRun) -> set[str]:
+    return {
+        e["event_data"].get("role")
+        for e in run.events
+        if e.get("event", "").startswith("runner_on_")
+    }
+
+
+def _refused_in_preflight(tmp: Path, testbed: Testbed, extravars: dict[str, Any]) -> str:
+    """Run site.yml, which must stop in preflight with no other role run; its failure text."""
+    run = run_playbook(tmp, "site.yml", testbed.inventory(), extravars)
+    assert run.rc != 0
+    assert _roles_that_ran(run) == {"preflight"}
+    return "\n".join(run.failures())
+
+
 def test_first_install_fills_the_shared_uv_cache_alone(
     testbed: Testbed, first_run: PlaybookRun
 ) -> None:
@@ -431,12 +447,7 @@ def test_preflight_stops_a_duplicate_rank_before_any_change(
     run = run_playbook(tmp_path_factory.mktemp("bad"), "site.yml", inventory, extravars)
     assert run.rc != 0
     assert time.monotonic() - start < 60
-    roles = {
-        e["event_data"].get("role")
-        for e in run.events
-        if e.get("event", "").startswith("runner_on_")
-    }
-    assert roles == {"preflight"}
+    assert _roles_that_ran(run) == {"preflight"}
     assert all(v == 0 for v in run.changed().values())
     messages = "\n".join(run.failures())
     assert "rlinfra_node_rank 0 is used by rlt-n0, rlt-n1" in messages, messages
@@ -446,20 +457,12 @@ def test_preflight_stops_a_duplicate_rank_before_any_change(
 def test_preflight_refuses_a_public_dashboard(
     testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    run = run_playbook(
+    failures = _refused_in_preflight(
         tmp_path_factory.mktemp("public"),
-        "site.yml",
-        testbed.inventory(),
+        testbed,
         {**extravars, "ray_cluster_dashboard_host": "0.0.0.0"},
     )
-    assert run.rc != 0
-    roles = {
-        e["event_data"].get("role")
-        for e in run.events
-        if e.get("event", "").startswith("runner_on_")
-    }
-    assert roles == {"preflight"}
-    assert "ray_cluster_dashboard_host is '0.0.0.0'" in "\n".join(run.failures())
+    assert "ray_cluster_dashboard_host is '0.0.0.0'" in failures
 
 
 @pytest.mark.parametrize("prefix", ["relative/pycache", "/var/tmp/it's", "/var/tmp/a b"])
@@ -471,40 +474,23 @@ def test_preflight_refuses_a_bytecode_folder_the_pth_line_cannot_hold(
 ) -> None:
     """The folder goes into a Python string in the venv's .pth file: preflight stops anything
     but an absolute path without spaces, quotes or backslashes, before any change."""
-    run = run_playbook(
+    failures = _refused_in_preflight(
         tmp_path_factory.mktemp("pycache"),
-        "site.yml",
-        testbed.inventory(),
+        testbed,
         {**extravars, "python_env_pycache_prefix": prefix},
     )
-    assert run.rc != 0
-    roles = {
-        e["event_data"].get("role")
-        for e in run.events
-        if e.get("event", "").startswith("runner_on_")
-    }
-    assert roles == {"preflight"}
-    assert "python_env_pycache_prefix empty or an absolute path" in "\n".join(run.failures())
+    assert "python_env_pycache_prefix empty or an absolute path" in failures
 
 
 def test_preflight_refuses_a_relative_uv_on_the_host(
     testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The host-side copy of uv is a path on the node: a relative one stops the run in preflight."""
-    run = run_playbook(
+    failures = _refused_in_preflight(
         tmp_path_factory.mktemp("uv-host-src"),
-        "site.yml",
-        testbed.inventory(),
+        testbed,
         {**extravars, "python_env_uv_binary_host_src": "cache/bin/uv"},
     )
-    assert run.rc != 0
-    roles = {
-        e["event_data"].get("role")
-        for e in run.events
-        if e.get("event", "").startswith("runner_on_")
-    }
-    assert roles == {"preflight"}
-    failures = "\n".join(run.failures())
     assert "python_env_uv_binary_host_src empty or an absolute path on the node" in failures
     assert "'cache/bin/uv'" in failures
 
