@@ -374,6 +374,7 @@ def up(
                 "ansible_changed": result.ansible_changed,
                 "configured": result.configured,
                 "verify_problems": result.verify_problems,
+                "replaced": result.replaced,
                 "check": result.check,
                 "job": job,
             }

@@ -201,7 +201,9 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
                 continue
             tf = _terraform(ctx, root)
             tf.init()
-            changed = tf.plan()
+            gone = _gone(cloud, tf, root)
+            _replacing(gone)
+            changed = tf.plan(replace=[item.address for item in gone])
             shown = tf.show_json()
             (tf.root / "tfplan.json").write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n")
             summary = summarize(shown, prices)
@@ -238,23 +240,60 @@ def _terraform(ctx: Context, root: str) -> Any:
     return _terraform_at(ctx.deployment_dir, root, ctx.controller.tf_plugin_mirror)
 
 
-def _apply_root(ctx: Context, root: str, from_plan: bool = False) -> bool:
-    """init + plan + apply of one root; returns whether it changed anything.
+def _gone(cloud: Any, tf: Any, root: str) -> list[Any]:
+    """Resources of the root's state that the cloud lost and Terraform cannot see.
+
+    ``tf`` must be initialized.
+    """
+    finder = getattr(cloud, "gone_resources", None)
+    if finder is None or not tf.has_state():
+        return []
+    found: list[Any] = finder(root, tf.root, tf.state_json())
+    return found
+
+
+def _replacing(gone: list[Any]) -> list[str]:
+    """Warn of each lost resource that Terraform replaces; the warnings, for the result."""
+    lines = [f"{item.what}: {item.reason}" for item in gone]
+    for line in lines:
+        ui.warn(f"{line}; Terraform replaces it")
+    return lines
+
+
+def _apply_root(tf: Any, gone: list[Any], from_plan: bool = False) -> bool:
+    """plan + apply of one initialized root, replacing ``gone``; whether it changed anything.
 
     With ``from_plan`` the plan saved by `rlinfra plan --terraform` is applied as it is
-    (Terraform itself refuses a plan whose state has moved on).
+    (Terraform itself refuses a plan whose state has moved on; ``_require_replacements`` has
+    checked that it replaces what was lost since).
     """
-    tf = _terraform(ctx, root)
-    tf.init()
     if from_plan and (tf.root / "tfplan").is_file():
         tf.apply()
         return True
-    changed: bool = tf.plan()
+    changed: bool = tf.plan(replace=[item.address for item in gone])
     if changed:
         tf.apply()
     else:
-        ui.info(f"terraform ({root}): no changes")
+        ui.info(f"terraform ({tf.root.name}): no changes")
     return changed
+
+
+def _require_replacements(tf: Any, gone: list[Any]) -> None:
+    """A saved plan must replace what was lost since: otherwise Ansible would meet no host."""
+    if not gone or not (tf.root / "tfplan").is_file():
+        return
+    replaced = {
+        change["address"]
+        for change in tf.show_json().get("resource_changes") or []
+        if {"delete", "create"} <= set(change.get("change", {}).get("actions") or [])
+    }
+    missing = [item for item in gone if item.address not in replaced]
+    if missing:
+        raise UsageError(
+            f"{missing[0].what} was lost after the plan was saved ({missing[0].reason}); "
+            "nothing was applied",
+            "Review a new plan, which replaces it: rlinfra plan --terraform",
+        )
 
 
 @dataclass
@@ -268,6 +307,8 @@ class UpResult:
     configured: str = "applied"
     # What the node check found, when it found something (the playbook then ran).
     verify_problems: list[str] = field(default_factory=list)
+    # What the cloud had lost under a standing state, and Terraform made again.
+    replaced: list[str] = field(default_factory=list)
 
 
 def up(
@@ -315,6 +356,18 @@ def up(
                     "Review a new plan: rlinfra plan --terraform",
                 )
         write_files(folder, files)
+        terraforms = {
+            root: _terraform(ctx, root)
+            for root in cloud.ROOTS
+            if (folder / "terraform" / root / "terraform.tfvars.json").is_file()
+        }
+        gone: dict[str, list[Any]] = {}
+        if from_plan:
+            # Every saved plan is checked before any is applied.
+            for root, tf in terraforms.items():
+                tf.init()
+                gone[root] = _gone(cloud, tf, root)
+                _require_replacements(tf, gone[root])
         record = read_record(folder) or {}
         before = dict(record)
         record.update(
@@ -336,9 +389,13 @@ def up(
         write_record(folder, record)
         try:
             changed = False
-            for root in cloud.ROOTS:
-                if (folder / "terraform" / root / "terraform.tfvars.json").is_file():
-                    changed = _apply_root(ctx, root, from_plan) or changed
+            replaced: list[str] = []
+            for root, tf in terraforms.items():
+                tf.init()
+                if root not in gone:
+                    gone[root] = _gone(cloud, tf, root)
+                replaced += _replacing(gone[root])
+                changed = _apply_root(tf, gone[root], from_plan) or changed
             if from_plan:
                 (folder / "plan-digest.txt").unlink(missing_ok=True)
             outputs = _terraform(ctx, "cluster").output()
@@ -346,7 +403,7 @@ def up(
             (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
             update_record(folder, stage="infrastructure", hosts=hosts_to_record(hosts))
             if stop_after == "infrastructure":
-                return UpResult(plan.cluster, hosts, changed, 0, None)
+                return UpResult(plan.cluster, hosts, changed, 0, None, replaced=replaced)
 
             from rlinfra import verify
             from rlinfra.runners.ansible import run_playbook
@@ -407,6 +464,7 @@ def up(
                 check,
                 configured,
                 verified.problems if verified is not None else [],
+                replaced,
             )
         except KeyboardInterrupt:
             update_record(folder, stage="interrupted", error="interrupted by the user")

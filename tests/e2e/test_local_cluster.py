@@ -510,6 +510,30 @@ def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: C
     assert ray["alive_nodes"] == 2 and ray["missing_nodes"] == []
 
 
+def test_a_host_lost_under_its_state_is_made_again_by_up(cluster: Cluster) -> None:
+    """A host gone while Terraform's state still holds it (as after a restart of the machine) is
+    replaced by the next `up`; the state alone would call the cluster unchanged."""
+    node = f"{cluster.name}-1"
+    pid_file = cluster.folder / "nodes" / node / "sshd.pid"
+    pid = int(pid_file.read_text())
+    # The node's sshd is its PID 1: every process of the host goes with it.
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, f"pid {pid} did not exit"
+        time.sleep(0.1)
+    result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run")
+    assert result["replaced"] == [f"node {node}: its sshd (pid file {pid_file}) is not running"]
+    assert result["terraform_changed"] is True and result["configured"] == "applied"
+    assert int(pid_file.read_text()) != pid
+    ray = cluster.json("status", cluster.name)["ray"]
+    assert ray["alive_nodes"] == 2 and ray["missing_nodes"] == [], ray  # type: ignore[index]
+    rank = cluster.run("exec", cluster.name, "--node", "1", "--", "echo $RLINFRA_NODE_RANK")
+    assert rank.stdout.strip() == "1"
+    again = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run")
+    assert again["replaced"] == [] and again["terraform_changed"] is False
+
+
 def test_down_leaves_nothing_but_the_bucket(cluster: Cluster) -> None:
     bucket = cluster.home / "buckets" / "rlinfra-local-checkpoints"
     assert bucket.is_dir()

@@ -506,19 +506,31 @@ def test_cluster_second_apply_changes_nothing(cluster: LocalCluster) -> None:
     assert sorted(cluster.sshd_pids()) == pids_before
 
 
+def node_check(env: dict[str, str]) -> tuple[int, str]:
+    """host.sh node-check: (0, "") for a whole node, (3, what is missing) for a lost one."""
+    result = run(["bash", str(HOST_SCRIPT), "node-check"], env=env)
+    assert result.returncode in (0, 3), result.stderr
+    return result.returncode, result.stdout.strip()
+
+
 @needs_hosts
 def test_cluster_node_create_converges(cluster: LocalCluster) -> None:
-    """Running node-create again on a live node changes nothing; on a broken one it repairs it."""
+    """Running node-create again on a live node changes nothing; on a broken one it repairs it.
+
+    node-check says which node is whole, and what a broken one lacks.
+    """
     ip = cluster.node_ips()[1]
     env = cluster.node_env(1)
     pid_file = Path(env["RLINFRA_NODE_DIR"]) / "sshd.pid"
     pid = int(pid_file.read_text())
+    assert node_check(env) == (0, "")
     again = run(["bash", str(HOST_SCRIPT), "node-create"], env=env)
     assert again.returncode == 0, again.stderr
     assert pid_alive(pid) and int(pid_file.read_text()) == pid, "a healthy sshd was restarted"
 
     # Break the node: its host-side veth (and with it eth0 inside) goes, and its sshd dies.
     run(["ip", "link", "delete", "dev", env["RLINFRA_VETH"]], check=True)
+    assert node_check(env) == (3, f"link {env['RLINFRA_VETH']} is gone")
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while pid_alive(pid) and time.monotonic() < deadline:
@@ -526,6 +538,19 @@ def test_cluster_node_create_converges(cluster: LocalCluster) -> None:
     repaired = run(["bash", str(HOST_SCRIPT), "node-create"], env=env)
     assert repaired.returncode == 0, repaired.stderr
     assert int(pid_file.read_text()) != pid
+    assert node_check(env) == (0, "")
+    assert node_check({**env, "RLINFRA_NETNS": "rl-00000000-9"}) == (
+        3,
+        "network namespace rl-00000000-9 is gone",
+    )
+    assert node_check({**env, "RLINFRA_NODE_DIR": str(cluster.state_dir / "elsewhere")}) == (
+        3,
+        f"its /opt ({cluster.state_dir / 'elsewhere'}/opt) is not mounted",
+    )
+    bridge = run(["bash", str(HOST_SCRIPT), "bridge-check"], env=env)
+    assert (bridge.returncode, bridge.stdout) == (0, "")
+    bridge = run(["bash", str(HOST_SCRIPT), "bridge-check"], env={**env, "RLINFRA_BRIDGE": "rlb-0"})
+    assert (bridge.returncode, bridge.stdout.strip()) == (3, "no such link")
     assert "dev eth0" in ssh_ok(cluster.key, ip, "ip route get 8.8.8.8")
     first = cluster.node_ips()[0]
     reach = ssh(cluster.key, first, f"timeout 10 bash -c '</dev/tcp/{ip}/22'")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlinfra.context import Context
 from rlinfra.controller import pycache_dir
-from rlinfra.errors import UsageError
+from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
 from rlinfra.render import Host
 
@@ -21,6 +23,9 @@ ROOTS: dict[str, tuple[str, ...]] = {
     "storage": ("local_bucket",),
     "cluster": ("local_cluster",),
 }
+
+# The module's script, relative to the cluster root it is copied into.
+HOST_SCRIPT = Path("modules") / "local_cluster" / "scripts" / "host.sh"
 
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "sshd": "openssh-server"}
 
@@ -120,3 +125,88 @@ def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
         )
         for node in inventory["nodes"]
     ]
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A resource of Terraform's state whose bridge or host is no longer on this machine."""
+
+    address: str
+    what: str
+    reason: str
+
+
+def gone_resources(root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
+    """What the state holds but this machine lost: after a restart, or a host's sshd killed.
+
+    Terraform's built-in resources have nothing to refresh, so a plan would call such a cluster
+    unchanged; the driver asks Terraform to replace these instead. A lost bridge takes every
+    node with it (their links hung on it).
+    """
+    if root != "cluster":
+        return []
+    script = root_dir / HOST_SCRIPT
+    resources = [
+        r
+        for r in _state_resources(state.get("values", {}).get("root_module", {}))
+        if r.get("type") == "terraform_data" and r.get("mode") == "managed"
+    ]
+    bridges = [r for r in resources if r.get("name") == "bridge"]
+    nodes = [r for r in resources if r.get("name") == "node"]
+    found: list[Gone] = []
+    for bridge in bridges:
+        name = _input(bridge)["bridge"]
+        reason = _check(script, "bridge-check", {"RLINFRA_BRIDGE": name})
+        if reason:
+            found.append(Gone(bridge["address"], f"bridge {name}", reason))
+    if found:
+        return found + [
+            Gone(n["address"], f"node {_input(n)['name']}", "its bridge is gone") for n in nodes
+        ]
+    for node in nodes:
+        given = _input(node)
+        reason = _check(
+            script,
+            "node-check",
+            {
+                "RLINFRA_NETNS": given["netns"],
+                "RLINFRA_VETH": given["veth"],
+                "RLINFRA_BRIDGE": given["bridge"],
+                "RLINFRA_NODE_DIR": given["dir"],
+                # Hosts made before disks were sized have plain folders.
+                "RLINFRA_NODE_DISK_SIZE": given.get("disk_size") or "",
+            },
+        )
+        if reason:
+            found.append(Gone(node["address"], f"node {given['name']}", reason))
+    return found
+
+
+def _state_resources(module: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = list(module.get("resources") or [])
+    for child in module.get("child_modules") or []:
+        out += _state_resources(child)
+    return out
+
+
+def _input(resource: dict[str, Any]) -> dict[str, Any]:
+    given: dict[str, Any] = (resource.get("values") or {}).get("input") or {}
+    return given
+
+
+def _check(script: Path, command: str, env: dict[str, str]) -> str | None:
+    """None when host.sh's check finds everything there, else what it found missing."""
+    result = subprocess.run(
+        ["bash", str(script), command],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode == 0:
+        return None
+    if result.returncode == 3 and result.stdout.strip():
+        return result.stdout.strip().splitlines()[-1]
+    detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    raise OperationError(f"{script} {command} failed (exit {result.returncode}): {detail}")

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,8 +146,10 @@ class Terraform:
         self._run(f"terraform init ({self.root.name})", "init", **options)
         self._initialized = True
 
-    def plan(self, out_file: str = "tfplan", destroy: bool = False) -> bool:
-        """Save a plan; returns True when it changes something."""
+    def plan(
+        self, out_file: str = "tfplan", destroy: bool = False, replace: Sequence[str] = ()
+    ) -> bool:
+        """Save a plan (replacing the resources at ``replace``); True when it changes something."""
         options: dict[str, Any] = {
             "no_color": _FLAG,
             "input": False,
@@ -155,6 +158,8 @@ class Terraform:
         }
         if destroy:
             options["destroy"] = _FLAG
+        if replace:
+            options["replace"] = list(replace)
         code, _ = self._run(
             f"terraform plan ({self.root.name})", "plan", ok_codes=(0, 2), **options
         )
@@ -184,6 +189,14 @@ class Terraform:
         if code != 0:
             raise OperationError(f"terraform show failed in {self.root}: {text.strip()[-300:]}")
         data: dict[str, Any] = json.loads(text)
+        return data
+
+    def state_json(self) -> dict[str, Any]:
+        """The state as `terraform show -json` gives it ({} when the root has none)."""
+        code, text = self._quiet("show", "-json")
+        if code != 0:
+            raise OperationError(f"terraform show failed in {self.root}: {text.strip()[-300:]}")
+        data: dict[str, Any] = json.loads(text) if text.strip() else {}
         return data
 
     def output(self) -> dict[str, Any]:

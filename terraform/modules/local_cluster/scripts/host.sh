@@ -14,6 +14,13 @@
 #                    [RLINFRA_NODE_DISK_SIZE: tmpfs size of /opt and /tmp, default 4g; empty:
 #                    plain folders on disk]
 #   node-destroy     RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR [RLINFRA_KILL_WAIT_S, default 10]
+#   bridge-check     RLINFRA_BRIDGE
+#   node-check       RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE RLINFRA_NODE_DIR
+#                    [RLINFRA_NODE_DISK_SIZE, as for node-create]
+#
+# The checks read only. They exit 0 when what create made is all there, and 3 with one line on
+# stdout saying what is missing when it is not (after the machine restarted, or a node's sshd was
+# killed): Terraform's state cannot see that, so the driver asks for a replacement.
 #
 # Every create converges when run again on what exists; every destroy succeeds on what is gone.
 # Traffic stays on the bridge: no NAT and no forwarding are set up. The bridge and each eth0 get
@@ -300,6 +307,33 @@ PS1='\u@$name:\w\\$ '" && config_changed=1
   done
 }
 
+bridge_check() {
+  need RLINFRA_BRIDGE
+  link_exists "$RLINFRA_BRIDGE" || gone "no such link"
+}
+
+node_check() {
+  need RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE RLINFRA_NODE_DIR
+  local ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR" pid place
+  local view="$VIEW_ROOT/$RLINFRA_NETNS"
+  netns_exists "$ns" || gone "network namespace $ns is gone"
+  link_exists "$veth" || gone "link $veth is gone"
+  ip -o link show dev "$veth" | grep -qF " master $RLINFRA_BRIDGE " ||
+    gone "link $veth is not on bridge $RLINFRA_BRIDGE"
+  if [[ -n "${RLINFRA_NODE_DISK_SIZE-4g}" ]]; then
+    for place in opt tmp; do
+      mountpoint -q "$dir/$place" || gone "its /$place ($dir/$place) is not mounted"
+    done
+  fi
+  pid="$(node_sshd_pid "$dir" "$view")" && [[ "$(ip netns identify "$pid" 2>/dev/null)" == "$ns" ]] ||
+    gone "its sshd (pid file $dir/sshd.pid) is not running"
+}
+
+gone() {
+  echo "$*"
+  exit 3
+}
+
 node_destroy() {
   need RLINFRA_NETNS RLINFRA_VETH RLINFRA_NODE_DIR
   local ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR"
@@ -349,8 +383,10 @@ case "${1:-}" in
   bridge-destroy) bridge_destroy ;;
   node-create) node_create ;;
   node-destroy) node_destroy ;;
+  bridge-check) bridge_check ;;
+  node-check) node_check ;;
   *)
-    echo "usage: $0 {preflight|bridge-create|bridge-destroy|node-create|node-destroy} (inputs in RLINFRA_* variables)" >&2
+    echo "usage: $0 {preflight|bridge-create|bridge-destroy|node-create|node-destroy|bridge-check|node-check} (inputs in RLINFRA_* variables)" >&2
     exit 2
     ;;
 esac
