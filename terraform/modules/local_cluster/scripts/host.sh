@@ -106,6 +106,14 @@ node_sshd_pid() {
   echo "$pid"
 }
 
+# The recorded sshd of a node folder ($1), running its config ($2 = view path) in its network
+# namespace ($3): a node whose sshd serves it.
+node_sshd_serving() {
+  local pid
+  pid="$(node_sshd_pid "$1" "$2")" && [[ "$(ip netns identify "$pid" 2>/dev/null)" == "$3" ]] &&
+    echo "$pid"
+}
+
 # Run a command in the node's namespaces with the node folder bound at its view path.
 in_node() {
   local ns="$1" dir="$2" view="$3"
@@ -271,7 +279,7 @@ PS1='\u@$name:\w\\$ '" && config_changed=1
   in_node "$ns" "$dir" "$view" "$sshd" -t -f "$view/sshd_config" || die "node $name: sshd rejects $dir/sshd_config"
 
   # sshd inside the namespace, with the node's /opt and /tmp bound over the host's.
-  if pid="$(node_sshd_pid "$dir" "$view")" && [[ "$(ip netns identify "$pid" 2>/dev/null)" == "$ns" ]]; then
+  if pid="$(node_sshd_serving "$dir" "$view" "$ns")"; then
     if ((config_changed)); then
       kill_pids 10 "$pid"
       pid=""
@@ -314,7 +322,7 @@ bridge_check() {
 
 node_check() {
   need RLINFRA_NETNS RLINFRA_VETH RLINFRA_BRIDGE RLINFRA_NODE_DIR
-  local ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR" pid place
+  local ns="$RLINFRA_NETNS" veth="$RLINFRA_VETH" dir="$RLINFRA_NODE_DIR" place
   local view="$VIEW_ROOT/$RLINFRA_NETNS"
   netns_exists "$ns" || gone "network namespace $ns is gone"
   link_exists "$veth" || gone "link $veth is gone"
@@ -325,7 +333,7 @@ node_check() {
       mountpoint -q "$dir/$place" || gone "its /$place ($dir/$place) is not mounted"
     done
   fi
-  pid="$(node_sshd_pid "$dir" "$view")" && [[ "$(ip netns identify "$pid" 2>/dev/null)" == "$ns" ]] ||
+  node_sshd_serving "$dir" "$view" "$ns" >/dev/null ||
     gone "its sshd (pid file $dir/sshd.pid) is not running"
 }
 
