@@ -9,6 +9,8 @@ an ordinary VM is every process, i.e. the same set `ray stop` acts on.
     ray_node.py status   -> JSON: {"raylets": [{"pid", "node_ip", "gcs_address"}], "gcs_servers": [pid],
                                    "processes": N}
     ray_node.py stop [--grace-s S]   -> JSON: {"stopped": N, "killed": N}; exit 0 when none is left
+    ray_node.py join --gcs HOST:PORT --wait-s S -- ARGS...
+        -> waits until the head at HOST:PORT has registered, then runs `ray start ARGS` here
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 # (keyword, match on the executable name (True) or on the whole command line (False)), in the
 # order `ray stop` stops them: raylet first, gcs_server last. This is Ray's own list
@@ -166,13 +171,85 @@ def _forget_cluster_address() -> None:
     reset_ray_address()
 
 
+def wait_for_head(
+    host: str, port: int, deadline: float, head_alive: Callable[[], bool], poll_s: float = 0.1
+) -> str | None:
+    """Wait until the GCS at host:port accepts connections and head_alive() says yes.
+
+    Returns None when both came before the deadline (time.monotonic()), else what was missing.
+    """
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                break
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                return f"the GCS at {host}:{port} did not answer ({exc})"
+            time.sleep(poll_s)
+    while True:
+        try:
+            if head_alive():
+                return None
+        except Exception as exc:  # an internal API of another Ray version: let `ray start` try
+            return f"could not ask the GCS at {host}:{port} for its head node ({exc!r})"
+        if time.monotonic() >= deadline:
+            return f"the head node did not register with the GCS at {host}:{port}"
+        time.sleep(poll_s)
+
+
+def _gcs_head_alive(address: str) -> Callable[[], bool]:
+    """A query of whether the GCS at address has an alive head node (Ray's own GCS client)."""
+    from ray._raylet import GcsClient
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+    from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+
+    selector = GetAllNodeInfoRequest.NodeSelector()
+    selector.is_head_node = True
+    client: list[Any] = []
+
+    def head_alive() -> bool:
+        if not client:
+            client.append(GcsClient(address=address))
+        infos = client[0].get_all_node_info(timeout=2, node_selectors=[selector]).values()
+        return any(info.state == GcsNodeInfo.GcsNodeState.ALIVE for info in infos)
+
+    return head_alive
+
+
+def join(gcs: str, wait_s: float, start_args: list[str]) -> int:
+    """`ray start start_args` on a worker, once the head at gcs has registered.
+
+    A worker's `ray start` reads the head node's record from the GCS and, finding none yet,
+    sleeps two seconds before asking again: a worker started with a new head loses up to that
+    much on every miss. Here the wait polls finely; Ray's import, the slow part of `ray start`,
+    happens first, while the head is still starting.
+    """
+    from ray.scripts.scripts import main as ray_main
+
+    deadline = time.monotonic() + wait_s
+    host, _, port = gcs.rpartition(":")
+    missing = wait_for_head(host.strip("[]"), int(port), deadline, _gcs_head_alive(gcs))
+    if missing:
+        # `ray start` then tries on its own and says what failed.
+        print(f"rlinfra-ray-node: {missing} within {wait_s:g} s", file=sys.stderr)
+    sys.argv = ["ray", "start", *start_args]
+    return int(ray_main() or 0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("status")
     stop_parser = sub.add_parser("stop")
     stop_parser.add_argument("--grace-s", type=float, default=15.0)
+    join_parser = sub.add_parser("join")
+    join_parser.add_argument("--gcs", required=True, help="the head's GCS, HOST:PORT")
+    join_parser.add_argument("--wait-s", type=float, default=60.0)
+    join_parser.add_argument("start_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    if args.command == "join":
+        start_args = args.start_args[1:] if args.start_args[:1] == ["--"] else args.start_args
+        return join(args.gcs, args.wait_s, start_args)
     if args.command == "status":
         print(json.dumps(status()))
         return 0
