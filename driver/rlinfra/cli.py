@@ -497,7 +497,8 @@ def status(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show clusters, their nodes and Ray's state; --endpoint PORT gives a reachable URL."""
+    """Show clusters, their nodes, Ray's state and any command at work on them (or killed
+    midway); --endpoint PORT gives a reachable URL."""
     from rlinfra.deploy import known_clusters
     from rlinfra.pipeline import endpoint as get_endpoint
     from rlinfra.pipeline import status as get_status
@@ -512,7 +513,7 @@ def status(
         for row in rows:
             ui.out.print(
                 f"{row['cluster']:<20} {row['cloud']:<6} {row['stage']:<14} "
-                f"{len(row['nodes'])} node(s)"
+                f"{len(row['nodes'])} node(s){_lock_note(row['lock'], short=True)}"
             )
         return
     if endpoint is not None:
@@ -537,6 +538,8 @@ def status(
         f"cluster {state['cluster']} ({state['cloud']}, profile {state['profile']}): "
         f"{state['stage']}"
     )
+    if state.get("lock"):
+        ui.out.print(f" {_lock_note(state['lock'], short=False)}")
     if state.get("error"):
         ui.out.print(f"  last error: {state['error']}")
     for node in state["nodes"]:
@@ -559,6 +562,21 @@ def status(
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
     if state.get("jobs_error"):
         ui.out.print(f"  jobs: not readable ({state['jobs_error']})")
+
+
+def _lock_note(lock: dict[str, Any] | None, short: bool) -> str:
+    """What status says of the command holding a cluster's lock ("" when none does)."""
+    if not lock:
+        return ""
+    command = f"`rlinfra {lock['command']}` (pid {lock['pid']})"
+    if lock["running"]:
+        return f"  ({lock['command']} running)" if short else f" {command} is running"
+    if short:
+        return f"  ({lock['command']} killed)"
+    return (
+        f" {command} was killed before it finished; the stage is where it stopped. "
+        f"Running `rlinfra {lock['command']}` again converges."
+    )
 
 
 def _node(cluster: str, node: int) -> tuple[Path, Any]:

@@ -7,6 +7,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -217,3 +218,42 @@ def cluster_lock(folder: Path, command: str) -> Iterator[None]:
         handle.truncate()
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+_HOLDER = re.compile(r"^`rlinfra (?P<command>[^`]+)` \(pid (?P<pid>\d+)\)$")
+
+
+def lock_holder(folder: Path) -> dict[str, Any] | None:
+    """The command that holds the cluster's lock: {"command", "pid", "running"}; None when none.
+
+    A command that exits, even by Ctrl-C, clears the lock's text. A killed one cannot: its text
+    stays, naming a process that is gone ("running": false), and the cluster's stage is then
+    wherever that command stopped.
+    """
+    try:
+        text = (folder / ".lock").read_text().strip()
+    except OSError:
+        return None
+    found = _HOLDER.match(text)
+    if not found:
+        return None
+    pid = int(found["pid"])
+    return {"command": found["command"], "pid": pid, "running": _lock_held(folder / ".lock", pid)}
+
+
+def _lock_held(path: Path, pid: int) -> bool:
+    """Whether a process holds the flock on path: the kernel's lock table where there is one
+    (Linux), else whether the named process is alive."""
+    try:
+        info = path.stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    return any("FLOCK" in line and device in line.split() for line in table.splitlines())

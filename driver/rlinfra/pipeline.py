@@ -28,6 +28,7 @@ from rlinfra.deploy import (
     hosts_from_record,
     hosts_to_record,
     known_clusters,
+    lock_holder,
     new_task_id,
     read_record,
     require_cluster,
@@ -616,9 +617,11 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         "buckets": record.get("buckets") or [],
         "services": record.get("services") or [],
         "updated_at": record.get("updated_at"),
+        "lock": lock_holder(folder),
         "ray": None,
     }
-    if live and hosts and record.get("stage") in {"ready", "failed", "interrupted"}:
+    stopped = out["lock"] is not None and not out["lock"]["running"]
+    if live and hosts and (record.get("stage") in {"ready", "failed", "interrupted"} or stopped):
         out["ray"] = ray_state(
             folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265))
         )
