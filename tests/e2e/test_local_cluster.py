@@ -409,7 +409,9 @@ def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Clu
     while time.monotonic() < deadline and not lock.read_text().strip():
         time.sleep(0.05)
     second = cluster.run("up", "--cluster", cluster.name, "--yes", check=False)
+    busy = json.loads(cluster.run("status", cluster.name, "--json").stdout)
     out, err = proc.communicate(timeout=600)
+    assert busy["lock"] == {"command": "up", "pid": proc.pid, "running": True}
     assert proc.returncode == 0, err
     assert second.returncode == 1, second.stderr
     assert f"cluster '{cluster.name}' is busy" in second.stderr
