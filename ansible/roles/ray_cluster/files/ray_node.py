@@ -231,7 +231,7 @@ def join(gcs: str, wait_s: float, start_args: list[str]) -> int:
     missing = wait_for_head(host.strip("[]"), int(port), deadline, _gcs_head_alive(gcs))
     if missing:
         # `ray start` then tries on its own and says what failed.
-        print(f"rlinfra-ray-node: {missing} within {wait_s:g} s", file=sys.stderr)
+        print(f"rlinfra-ray-node: {missing} (waited up to {wait_s:g} s)", file=sys.stderr)
     sys.argv = ["ray", "start", *start_args]
     return int(ray_main() or 0)
 
