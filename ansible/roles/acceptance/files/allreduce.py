@@ -253,6 +253,18 @@ def _measure_copy(torch: Any, dev: Any, gen: Any, numel: int, iters: int) -> dic
     }
 
 
+def open_store(host: str, port: int, timeout_s: float, serve: bool = False) -> Any:
+    """The TCP key-value store the ranks meet at: served (port 0 picks a free one) or joined."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    if serve:
+        # The store listens on every address of its node, as torch's own tcp:// rendezvous does;
+        # ranks come to it at the node's collective IP.
+        return dist.TCPStore(host, port, None, True, timeout, wait_for_workers=False)
+    return dist.TCPStore(host, port, None, False, timeout)
+
+
 class Member:
     """One rank of the process group (a Ray actor, or a local process)."""
 
@@ -266,6 +278,7 @@ class Member:
         self.ip = ip
         self.rank = -1
         self.world = 0
+        self._store: Any = None
 
     def where(self) -> dict:
         env_name = "NCCL_SOCKET_IFNAME" if self.backend == "nccl" else "GLOO_SOCKET_IFNAME"
@@ -283,16 +296,21 @@ class Member:
             "nvidia_device_files": len(_nvidia_device_files()),
         }
 
-    def free_port(self) -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            return sock.getsockname()[1]
+    def serve_store(self, timeout_s: float) -> int:
+        """Start the rendezvous store here (rank 0's place) and return the port it listens on.
 
-    def join(self, init_method: str, world: int, rank: int, timeout_s: float) -> bool:
+        The store is up before any rank connects to it: a rank that finds no store retries after
+        a back-off of up to about half a second, which a rendezvous would otherwise often pay.
+        """
+        self._store = open_store("127.0.0.1", 0, timeout_s, serve=True)
+        return int(self._store.port)
+
+    def join(self, host: str, port: int, world: int, rank: int, timeout_s: float) -> bool:
         import torch
         import torch.distributed as dist
 
         self.rank, self.world = rank, world
+        store = self._store if self._store is not None else open_store(host, port, timeout_s)
         kwargs: dict[str, Any] = {}
         if self.backend == "nccl":
             torch.cuda.set_device(self.device)
@@ -301,7 +319,7 @@ class Member:
             kwargs["device_id"] = torch.device("cuda", self.device)
         dist.init_process_group(
             self.backend,
-            init_method=init_method,
+            store=store,
             world_size=world,
             rank=rank,
             timeout=timedelta(seconds=timeout_s),
@@ -481,10 +499,10 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
         members = [m for m, _ in ordered]
         places = [p for _, p in ordered]
         world = len(members)
-        port = ray.get(members[0].free_port.remote(), timeout=args.timeout_s)
-        init_method = f"tcp://{places[0]['ip']}:{port}"
+        port = ray.get(members[0].serve_store.remote(args.timeout_s), timeout=args.timeout_s)
+        host = places[0]["ip"]
         ray.get(
-            [m.join.remote(init_method, world, r, args.timeout_s) for r, m in enumerate(members)],
+            [m.join.remote(host, port, world, r, args.timeout_s) for r, m in enumerate(members)],
             timeout=args.timeout_s + 30,
         )
         phase("rendezvous")
@@ -556,14 +574,14 @@ def check(args: argparse.Namespace) -> tuple[dict, int]:
 
 
 def _local_rank(
-    rank: int, world: int, backend: str, ip: str, init_method: str, args: dict, out: Any
+    rank: int, world: int, backend: str, ip: str, port: int, args: dict, out: Any
 ) -> None:
     """One local rank: join, all-reduce every size, measure the GPU; report through `out`."""
     report: dict[str, Any] = {"rank": rank}
     try:
         member = Member(backend, device=rank if backend == "nccl" else 0, ip=ip)
         report["place"] = member.where()
-        member.join(init_method, world, rank, args["timeout_s"])
+        member.join("127.0.0.1", port, world, rank, args["timeout_s"])
         out.put({"rank": rank, "event": "joined"})
         report["runs"] = [member.run(size, args["warmup"], args["iters"]) for size in args["sizes"]]
         out.put({"rank": rank, "event": "ran"})
@@ -608,9 +626,8 @@ def local_check(args: argparse.Namespace) -> tuple[dict, int]:
         world = args.local_ranks or 1
     health = _want_health(args, backend)
     ip = _node_ip_from_contract()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    # This process serves the rendezvous store, up before any rank starts (see serve_store).
+    store = open_store("127.0.0.1", 0, args.timeout_s, serve=True)
     sizes = parse_sizes(args.sizes_mib, backend)
     rank_args = {
         "timeout_s": args.timeout_s,
@@ -627,7 +644,7 @@ def local_check(args: argparse.Namespace) -> tuple[dict, int]:
     procs = [
         ctx.Process(
             target=_local_rank,
-            args=(r, world, backend, ip, f"tcp://127.0.0.1:{port}", rank_args, out),
+            args=(r, world, backend, ip, int(store.port), rank_args, out),
             daemon=True,
         )
         for r in range(world)
