@@ -111,3 +111,68 @@ def test_the_pinned_ray_has_the_gcs_calls_join_makes(helper: dict[str, Any]) -> 
     assert selector.is_head_node
     assert GcsNodeInfo.GcsNodeState.ALIVE == 0
     assert callable(helper["_gcs_head_alive"]("127.0.0.1:1"))
+
+
+def ray_lookup(
+    *replies: bool | Exception,
+) -> tuple[
+    Callable[[str, str], Any], Callable[[str, str], Callable[[], bool]], list[tuple], list[float]
+]:
+    """Ray's get_node stand-in, a node query giving the replies in turn, the calls made to
+    either, and the times the query was asked."""
+    calls: list[tuple] = []
+    query, asked = answers(*replies)
+
+    def get_node(gcs_address: str, node_id: str) -> dict:
+        calls.append((gcs_address, node_id, len(asked)))
+        return {"node_id": node_id}
+
+    def node_alive(gcs_address: str, node_id: str) -> Callable[[], bool]:
+        calls.append(("query", gcs_address, node_id))
+        return query
+
+    return get_node, node_alive, calls, asked
+
+
+def test_start_asks_ray_for_the_node_once_it_registered(helper: dict[str, Any]) -> None:
+    get_node, node_alive, calls, asked = ray_lookup(False, False, True)
+    patient = helper["patient_get_node"](get_node, node_alive, wait_s=30, poll_s=0.05)
+    assert patient("10.0.0.1:6379", "ab12") == {"node_id": "ab12"}
+    # One query made for this node, asked until it said yes, then Ray's own call, once.
+    assert calls == [("query", "10.0.0.1:6379", "ab12"), ("10.0.0.1:6379", "ab12", 3)]
+    # Far under the second Ray's accessor sleeps after a miss.
+    assert asked[-1] - asked[0] < 0.5
+
+
+def test_start_leaves_a_failing_node_query_to_ray(helper: dict[str, Any]) -> None:
+    get_node, node_alive, calls, asked = ray_lookup(AttributeError("no get_all_node_info"))
+    patient = helper["patient_get_node"](get_node, node_alive, wait_s=30, poll_s=0.05)
+    assert patient("10.0.0.1:6379", "ab12") == {"node_id": "ab12"}
+    assert len(asked) == 1
+    assert calls[-1] == ("10.0.0.1:6379", "ab12", 1)
+
+
+def test_start_stops_polling_for_a_node_that_never_registers(helper: dict[str, Any]) -> None:
+    get_node, node_alive, calls, asked = ray_lookup(False)
+    patient = helper["patient_get_node"](get_node, node_alive, wait_s=0.3, poll_s=0.05)
+    began = time.monotonic()
+    assert patient("10.0.0.1:6379", "ab12") == {"node_id": "ab12"}
+    assert 0.3 <= time.monotonic() - began < 5
+    assert len(asked) >= 3
+    assert calls[-1][:2] == ("10.0.0.1:6379", "ab12")  # Ray's call then says what is wrong
+
+
+def test_the_pinned_ray_looks_up_its_node_where_start_waits(helper: dict[str, Any]) -> None:
+    # start wraps ray._private.services.get_node; Ray's Node looks it up there on each call,
+    # after starting the raylet. A Ray that moves the lookup shows here (on a node, `ray start`
+    # would then do its own one-second waiting).
+    node = pytest.importorskip("ray._private.node")
+    import inspect
+
+    import ray._private.services as services
+    from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
+
+    assert "ray._private.services.get_node(" in inspect.getsource(node.Node.__init__)
+    assert list(inspect.signature(services.get_node).parameters) == ["gcs_address", "node_id"]
+    assert GetAllNodeInfoRequest.NodeSelector(node_id=bytes.fromhex("ab12")).node_id == b"\xab\x12"
+    assert callable(helper["_gcs_node_alive"]("127.0.0.1:1", "ab12"))

@@ -9,8 +9,10 @@ an ordinary VM is every process, i.e. the same set `ray stop` acts on.
     ray_node.py status   -> JSON: {"raylets": [{"pid", "node_ip", "gcs_address"}], "gcs_servers": [pid],
                                    "processes": N}
     ray_node.py stop [--grace-s S]   -> JSON: {"stopped": N, "killed": N}; exit 0 when none is left
+    ray_node.py start -- ARGS...
+        -> runs `ray start ARGS` here, asking the GCS finely whether this node has registered
     ray_node.py join --gcs HOST:PORT --wait-s S -- ARGS...
-        -> waits until the head at HOST:PORT has registered, then runs `ray start ARGS` here
+        -> waits until the head at HOST:PORT has registered, then starts as `start` does
 """
 
 from __future__ import annotations
@@ -197,23 +199,70 @@ def wait_for_head(
         time.sleep(poll_s)
 
 
-def _gcs_head_alive(address: str) -> Callable[[], bool]:
-    """A query of whether the GCS at address has an alive head node (Ray's own GCS client)."""
+def _gcs_alive(address: str, **selected: Any) -> Callable[[], bool]:
+    """A query of whether the GCS at address has an alive node matching selected (a field of
+    GetAllNodeInfoRequest.NodeSelector: is_head_node=True, node_id=bytes), through Ray's own
+    GCS client."""
     from ray._raylet import GcsClient
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
     from ray.core.generated.gcs_service_pb2 import GetAllNodeInfoRequest
 
-    selector = GetAllNodeInfoRequest.NodeSelector()
-    selector.is_head_node = True
+    selector = GetAllNodeInfoRequest.NodeSelector(**selected)
     client: list[Any] = []
 
-    def head_alive() -> bool:
+    def alive() -> bool:
         if not client:
             client.append(GcsClient(address=address))
         infos = client[0].get_all_node_info(timeout=2, node_selectors=[selector]).values()
         return any(info.state == GcsNodeInfo.GcsNodeState.ALIVE for info in infos)
 
-    return head_alive
+    return alive
+
+
+def _gcs_head_alive(address: str) -> Callable[[], bool]:
+    return _gcs_alive(address, is_head_node=True)
+
+
+def _gcs_node_alive(address: str, node_id: str) -> Callable[[], bool]:
+    return _gcs_alive(address, node_id=bytes.fromhex(node_id))
+
+
+def patient_get_node(
+    get_node: Callable[[str, str], Any],
+    node_alive: Callable[[str, str], Callable[[], bool]],
+    wait_s: float = 30.0,
+    poll_s: float = 0.1,
+) -> Callable[[str, str], Any]:
+    """Ray's get_node(gcs_address, node_id), called once node_alive says the node registered.
+
+    `ray start` starts the raylet, waits 0.1 s and asks the GCS for the node's record; finding
+    none, Ray's C++ accessor sleeps a whole second before it asks again, and a raylet needs a
+    little more than that 0.1 s to register. Polling every poll_s first saves most of that second
+    on every node. Whatever goes wrong in the poll (another Ray's internals), and past wait_s,
+    Ray's own call decides.
+    """
+
+    def patient(gcs_address: str, node_id: str) -> Any:
+        try:
+            registered = node_alive(gcs_address, node_id)
+            deadline = time.monotonic() + wait_s
+            while not registered() and time.monotonic() < deadline:
+                time.sleep(poll_s)
+        except Exception:  # Ray's own get_node reports what is wrong
+            pass
+        return get_node(gcs_address, node_id)
+
+    return patient
+
+
+def start(start_args: list[str]) -> int:
+    """`ray start start_args` in this process, with Ray's node lookup made patient."""
+    import ray._private.services as services
+    from ray.scripts.scripts import main as ray_main
+
+    services.get_node = patient_get_node(services.get_node, _gcs_node_alive)
+    sys.argv = ["ray", "start", *start_args]
+    return int(ray_main() or 0)
 
 
 def join(gcs: str, wait_s: float, start_args: list[str]) -> int:
@@ -222,9 +271,9 @@ def join(gcs: str, wait_s: float, start_args: list[str]) -> int:
     A worker's `ray start` reads the head node's record from the GCS and, finding none yet,
     sleeps two seconds before asking again: a worker started with a new head loses up to that
     much on every miss. Here the wait polls finely; Ray's import, the slow part of `ray start`,
-    happens first, while the head is still starting.
+    happens first, while the head is still starting. Then it starts as `start` does.
     """
-    from ray.scripts.scripts import main as ray_main
+    import ray.scripts.scripts  # noqa: F401 - the slow import, while the head starts
 
     deadline = time.monotonic() + wait_s
     host, _, port = gcs.rpartition(":")
@@ -232,8 +281,7 @@ def join(gcs: str, wait_s: float, start_args: list[str]) -> int:
     if missing:
         # `ray start` then tries on its own and says what failed.
         print(f"rlinfra-ray-node: {missing} (waited up to {wait_s:g} s)", file=sys.stderr)
-    sys.argv = ["ray", "start", *start_args]
-    return int(ray_main() or 0)
+    return start(start_args)
 
 
 def main() -> int:
@@ -242,13 +290,17 @@ def main() -> int:
     sub.add_parser("status")
     stop_parser = sub.add_parser("stop")
     stop_parser.add_argument("--grace-s", type=float, default=15.0)
+    start_parser = sub.add_parser("start")
+    start_parser.add_argument("start_args", nargs=argparse.REMAINDER)
     join_parser = sub.add_parser("join")
     join_parser.add_argument("--gcs", required=True, help="the head's GCS, HOST:PORT")
     join_parser.add_argument("--wait-s", type=float, default=60.0)
     join_parser.add_argument("start_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    if args.command == "join":
+    if args.command in ("start", "join"):
         start_args = args.start_args[1:] if args.start_args[:1] == ["--"] else args.start_args
+        if args.command == "start":
+            return start(start_args)
         return join(args.gcs, args.wait_s, start_args)
     if args.command == "status":
         print(json.dumps(status()))
