@@ -8,6 +8,7 @@ and the flash-attn wheel's URL are not reachable; a test resolves the rest of th
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import socket
@@ -205,3 +206,49 @@ def test_node_check_script_reads_lock_lines(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert json.loads(out)["unsatisfied"] == ["no-such-dist==1.0: not installed"]
+
+
+def test_node_check_script_finds_the_shared_cache_fill_marker(tmp_path: Path) -> None:
+    # Nodes that share a uv cache install one after another until an install has filled the
+    # cache with these exact requirements; its marker, named by the file's digest, says so.
+    lock_file = tmp_path / "lock.txt"
+    lock_file.write_text(f"no-such-dist==1.0 {HASH}\n")
+    cache = tmp_path / "uv"
+    cache.mkdir()
+
+    def check() -> dict:
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(CHECK_REQUIREMENTS),
+                str(lock_file),
+                "--fill-marker-dir",
+                str(cache),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return dict(json.loads(out))
+
+    first = check()
+    digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+    assert first["fill_marker"] == str(cache / f"rlinfra-filled-{digest}")
+    assert first["cache_filled"] is False
+    assert first["unsatisfied"] == ["no-such-dist==1.0: not installed"]
+    Path(first["fill_marker"]).touch()
+    assert check()["cache_filled"] is True
+    lock_file.write_text(f"no-such-dist==2.0 {HASH}\n")  # another lock: not filled yet
+    assert check()["cache_filled"] is False
+
+
+def test_node_check_script_refuses_unknown_arguments(tmp_path: Path) -> None:
+    lock_file = tmp_path / "lock.txt"
+    lock_file.write_text("")
+    done = subprocess.run(
+        [sys.executable, str(CHECK_REQUIREMENTS), str(lock_file), "--fill"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "Usage: python check_requirements.py REQUIREMENTS_FILE" in done.stderr

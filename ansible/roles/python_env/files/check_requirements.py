@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Print which lines of a requirements file the running interpreter's environment misses.
 
-Usage: python check_requirements.py REQUIREMENTS_FILE
+Usage: python check_requirements.py REQUIREMENTS_FILE [--fill-marker-dir DIR]
 Output (stdout, one JSON document): {"unsatisfied": ["<requirement>: <why>", ...]}
+
+With --fill-marker-dir (a uv cache that several nodes share), the document also holds
+"fill_marker": DIR/rlinfra-filled-<sha256 of the file>, the file an install that filled the cache
+with this file's packages leaves behind, and "cache_filled": whether it is there.
 
 Run it with the venv's interpreter. It reads installed distributions with importlib.metadata
 and, when the `packaging` library is importable in that venv, checks version specifiers and
@@ -11,7 +15,9 @@ markers too; without it, it checks names and exact `==` pins only. It never uses
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sys
 from importlib import metadata
@@ -66,18 +72,30 @@ def _check(line: str, installed: dict[str, str]) -> str | None:
 
 
 def main() -> int:
+    args = sys.argv[1:]
+    marker_dir = None
+    if len(args) == 3 and args[1] == "--fill-marker-dir":
+        marker_dir = args[2]
+    elif len(args) != 1:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
     installed = _installed()
     unsatisfied = []
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        for raw in handle:
-            # A lock line carries its hashes inline: "name==1.0 --hash=sha256:...".
-            line = raw.split(" #")[0].split(" --hash")[0].strip()
-            if not line or line.startswith(("#", "-")):
-                continue
-            why = _check(line, installed)
-            if why:
-                unsatisfied.append(f"{line}: {why}")
-    print(json.dumps({"unsatisfied": unsatisfied}))
+    with open(args[0], "rb") as handle:
+        content = handle.read()
+    doc: dict[str, object] = {}
+    if marker_dir is not None:
+        marker = os.path.join(marker_dir, "rlinfra-filled-" + hashlib.sha256(content).hexdigest())
+        doc = {"fill_marker": marker, "cache_filled": os.path.isfile(marker)}
+    for raw in content.decode("utf-8").splitlines():
+        # A lock line carries its hashes inline: "name==1.0 --hash=sha256:...".
+        line = raw.split(" #")[0].split(" --hash")[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        why = _check(line, installed)
+        if why:
+            unsatisfied.append(f"{line}: {why}")
+    print(json.dumps({"unsatisfied": unsatisfied, **doc}))
     return 0
 
 
