@@ -9,6 +9,7 @@ a bad inventory before anything changes.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_harness import (
     PACKAGES,
     PYCACHE,
@@ -145,6 +147,10 @@ def extravars(
 def first_run(
     testbed: Testbed, extravars: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> PlaybookRun:
+    # The shared cache keeps its wheels between sessions, but not its fill markers: this run
+    # must take the path of a cache that was never filled with these requirements.
+    for marker in UV_CACHE.glob("rlinfra-filled-*"):
+        marker.unlink()
     run = run_playbook(
         tmp_path_factory.mktemp("site-1"), "site.yml", testbed.inventory(), extravars
     )
@@ -187,19 +193,50 @@ def _refused_in_preflight(tmp: Path, testbed: Testbed, extravars: dict[str, Any]
     return "\n".join(run.failures())
 
 
+FILL_TASK = "Install the requirements with uv on the node that fills the shared cache"
+
+
 def test_first_install_fills_the_shared_uv_cache_alone(
     testbed: Testbed, first_run: PlaybookRun
 ) -> None:
-    """With one uv cache for both hosts, rank 0 installs first and alone, then the other."""
+    """With one uv cache for both hosts, rank 0 installs first and alone, then the other; the
+    filling install leaves the marker named by the requirement file's digest."""
     assert first_run.rc == 0, _explain(first_run)
     names = [n.name for n in testbed.nodes]
-    assert (
-        _hosts_that_ran(
-            first_run, "Install the requirements with uv on the node that fills the shared cache"
-        )
-        == names[:1]
-    )
+    assert _hosts_that_ran(first_run, FILL_TASK) == names[:1]
     assert _hosts_that_ran(first_run, "Install the requirements with uv") == names[1:]
+    lines = testbed.ssh(testbed.nodes[0], "cat /opt/rlinfra/requirements.txt").stdout
+    kept = [x.strip() for x in lines.splitlines() if x.strip() and not x.startswith("#")]
+    digest = hashlib.sha256("\n".join(kept).encode()).hexdigest()
+    assert [m.name for m in UV_CACHE.glob("rlinfra-filled-*")] == [f"rlinfra-filled-{digest}"]
+
+
+def test_hosts_install_at_once_from_a_filled_shared_cache(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Once the marker is there, a new venv on every host installs on all of them at once."""
+    assert first_run.rc == 0, _explain(first_run)
+    tmp = tmp_path_factory.mktemp("python-env")
+    playbook = tmp / "python_env.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"hosts": "rlinfra_nodes", "gather_facts": False, "roles": ["python_env"]}])
+    )
+    # A venv and requirement file of their own: the cluster's stay as the first run left them.
+    venv = "/opt/rlinfra/venv-from-filled-cache"
+    requirements = "/opt/rlinfra/requirements-from-filled-cache.txt"
+    own = {"python_env_venv": venv, "python_env_requirements_file": requirements}
+    try:
+        run = run_playbook(tmp / "run", str(playbook), testbed.inventory(), {**extravars, **own})
+        assert run.rc == 0, _explain(run)
+        assert _hosts_that_ran(run, FILL_TASK) == []
+        names = [n.name for n in testbed.nodes]
+        assert _hosts_that_ran(run, "Install the requirements with uv") == names
+    finally:
+        for node in testbed.nodes:
+            testbed.ssh(node, f"rm -rf {venv} {requirements}")
 
 
 def test_hosts_share_one_bytecode_folder(testbed: Testbed, first_run: PlaybookRun) -> None:

@@ -232,12 +232,15 @@ def test_node_check_script_finds_the_shared_cache_fill_marker(tmp_path: Path) ->
         return dict(json.loads(out))
 
     first = check()
-    digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+    digest = hashlib.sha256(f"no-such-dist==1.0 {HASH}".encode()).hexdigest()
     assert first["fill_marker"] == str(cache / f"rlinfra-filled-{digest}")
     assert first["cache_filled"] is False
     assert first["unsatisfied"] == ["no-such-dist==1.0: not installed"]
     Path(first["fill_marker"]).touch()
     assert check()["cache_filled"] is True
+    # Comments (the template's header names the venv) do not change what goes into the cache.
+    lock_file.write_text(f"# for /opt/other-venv\n\nno-such-dist==1.0 {HASH}\n# via x\n")
+    assert check()["fill_marker"] == first["fill_marker"]
     lock_file.write_text(f"no-such-dist==2.0 {HASH}\n")  # another lock: not filled yet
     assert check()["cache_filled"] is False
 

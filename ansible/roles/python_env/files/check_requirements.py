@@ -5,8 +5,10 @@ Usage: python check_requirements.py REQUIREMENTS_FILE [--fill-marker-dir DIR]
 Output (stdout, one JSON document): {"unsatisfied": ["<requirement>: <why>", ...]}
 
 With --fill-marker-dir (a uv cache that several nodes share), the document also holds
-"fill_marker": DIR/rlinfra-filled-<sha256 of the file>, the file an install that filled the cache
-with this file's packages leaves behind, and "cache_filled": whether it is there.
+"fill_marker": DIR/rlinfra-filled-<digest>, the file an install that filled the cache with this
+file's packages leaves behind, and "cache_filled": whether it is there. The digest is the sha256
+of the file's requirement and option lines (comments and blank lines left out: the template's
+header names the venv, which does not change what goes into the cache).
 
 Run it with the venv's interpreter. It reads installed distributions with importlib.metadata
 and, when the `packaging` library is importable in that venv, checks version specifiers and
@@ -71,6 +73,12 @@ def _check(line: str, installed: dict[str, str]) -> str | None:
     return None
 
 
+def requirements_digest(lines: list[str]) -> str:
+    """sha256 of the requirement and option lines, stripped, in order."""
+    kept = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return hashlib.sha256("\n".join(kept).encode("utf-8")).hexdigest()
+
+
 def main() -> int:
     args = sys.argv[1:]
     marker_dir = None
@@ -83,11 +91,12 @@ def main() -> int:
     unsatisfied = []
     with open(args[0], "rb") as handle:
         content = handle.read()
+    lines = content.decode("utf-8").splitlines()
     doc: dict[str, object] = {}
     if marker_dir is not None:
-        marker = os.path.join(marker_dir, "rlinfra-filled-" + hashlib.sha256(content).hexdigest())
+        marker = os.path.join(marker_dir, "rlinfra-filled-" + requirements_digest(lines))
         doc = {"fill_marker": marker, "cache_filled": os.path.isfile(marker)}
-    for raw in content.decode("utf-8").splitlines():
+    for raw in lines:
         # A lock line carries its hashes inline: "name==1.0 --hash=sha256:...".
         line = raw.split(" #")[0].split(" --hash")[0].strip()
         if not line or line.startswith(("#", "-")):
