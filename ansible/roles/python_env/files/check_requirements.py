@@ -89,9 +89,8 @@ def main() -> int:
         return 2
     installed = _installed()
     unsatisfied = []
-    with open(args[0], "rb") as handle:
-        content = handle.read()
-    lines = content.decode("utf-8").splitlines()
+    with open(args[0], encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
     doc: dict[str, object] = {}
     if marker_dir is not None:
         marker = os.path.join(marker_dir, "rlinfra-filled-" + requirements_digest(lines))
