@@ -130,7 +130,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "ray_cluster_auth_token_src": str(ctx.ray_token_file),
         "acceptance_enabled": profile.check.enabled,
         "acceptance_min_busbw_gbps": profile.check.min_busbw_gbps,
-        "acceptance_sizes_mib": list(profile.check.sizes_mib),
+        "acceptance_sizes_mib": list(profile.check.sizes_mib or []),
         "acceptance_expected_gpus_per_node": plan.gpus_per_node,
         "acceptance_result_dest": str(ctx.deployment_dir / "check.json"),
     }

@@ -366,7 +366,7 @@ def test_bandwidth_row_eight_ranks() -> None:
 def test_parse_sizes_defaults_and_refusals() -> None:
     mib = allreduce.MIB
     assert allreduce.parse_sizes("", "nccl") == [64 * mib, 256 * mib, 1024 * mib]
-    assert allreduce.parse_sizes(None, "gloo") == [mib, 16 * mib, 64 * mib]
+    assert allreduce.parse_sizes(None, "gloo") == [mib, 4 * mib, 16 * mib]
     assert allreduce.parse_sizes("0.5, 2", "gloo") == [mib // 2, 2 * mib]
     with pytest.raises(SystemExit):
         allreduce.parse_sizes("4,-1", "gloo")

@@ -358,7 +358,7 @@ def test_acceptance_result(
     assert result["ok"] is True
     assert result["world_size"] == 2
     assert result["backend"] == "gloo"
-    assert [r["size_bytes"] for r in result["results"]] == [1 << 20, 16 << 20, 64 << 20]
+    assert [r["size_bytes"] for r in result["results"]] == [1 << 20, 4 << 20, 16 << 20]
     for r in result["results"]:
         assert r["busbw_gbps"] > 0
         assert r["busbw_gbps"] == pytest.approx(

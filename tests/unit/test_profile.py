@@ -125,6 +125,19 @@ def test_bucket_name_rules() -> None:
         profile_from_data({"storage": [{"bucket": "Bad_Name"}]}, "x.yaml", "x")
 
 
+def test_check_sizes_default_per_backend_and_refusals() -> None:
+    # Unset: the check script picks the sizes by backend (gloo 1, 4, 16; NCCL 64, 256, 1024),
+    # so a GPU profile that gives none is not measured with CPU-sized messages.
+    for name in ("local", "h100x1"):
+        profile, _ = load_profile(name)
+        assert profile.check.sizes_mib is None, name
+    given = profile_from_data({"check": {"sizes_mib": [2, 8]}}, "x.yaml", "x")
+    assert given.check.sizes_mib == [2, 8]
+    for bad in ([], [0], [8193]):
+        with pytest.raises(ProfileError, match=r"check\.sizes_mib: .*between 1 and 8192 MiB"):
+            profile_from_data({"check": {"sizes_mib": bad}}, "x.yaml", "x")
+
+
 def test_invalid_yaml_and_non_mapping(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="not valid YAML at line 2"):
         load_profile(write(tmp_path, "a: 1\n b: [\n"))

@@ -3,7 +3,7 @@
 
 Run it with the venv's interpreter, after sourcing /opt/rlinfra/node.env:
 
-    python allreduce.py [--sizes-mib 1,16,64] [--warmup 2] [--iters 5] [--timeout-s 600]
+    python allreduce.py [--sizes-mib 1,4,16] [--warmup 2] [--iters 5] [--timeout-s 600]
                         [--launcher ray|local] [--backend auto|gloo|nccl] [--local-ranks N]
                         [--health auto|off]
 
@@ -93,7 +93,7 @@ def bandwidth_row(size_bytes: int, time_s: float, world: int) -> dict[str, Any]:
 
 def parse_sizes(text: str | None, backend: str) -> list[int]:
     if not text:
-        text = "64,256,1024" if backend == "nccl" else "1,16,64"
+        text = "64,256,1024" if backend == "nccl" else "1,4,16"
     sizes = [int(float(s) * MIB) for s in text.split(",") if s.strip()]
     if not sizes or min(sizes) <= 0:
         raise SystemExit(f"--sizes-mib needs positive sizes, got {text!r}")
