@@ -395,6 +395,9 @@ def test_health_problems_name_the_rank_and_the_gpu() -> None:
 
 def test_notes_say_why_busbw_is_missing() -> None:
     assert any("busbw is undefined" in n for n in allreduce.notes_for(1, "nccl", True))
+    # The one-rank note names the backend that ran.
+    (one_rank, _) = allreduce.notes_for(1, "gloo", True)
+    assert "(gloo returns at once, in place)" in one_rank and "NCCL" not in one_rank
     assert allreduce.notes_for(4, "nccl", True) == []
     assert allreduce.notes_for(2, "gloo", True) == [
         "no GPU health measure: it runs on nccl (GPU) ranks only"

@@ -130,8 +130,9 @@ def notes_for(world: int, backend: str, health: bool) -> list[str]:
     if world == 1:
         notes.append(
             "one rank: the all-reduce crosses no link, so busbw is undefined (null). algbw is "
-            "size / time of a one-rank all-reduce, which moves no data (NCCL returns at once "
-            "in place): its time is launch latency, and algbw is no bandwidth of anything"
+            f"size / time of a one-rank all-reduce, which moves no data ({backend} returns at "
+            "once, in place): its time is the call's overhead (on a GPU, the launch latency), "
+            "and algbw is no bandwidth of anything"
         )
     if backend != "nccl":
         notes.append("no GPU health measure: it runs on nccl (GPU) ranks only")
