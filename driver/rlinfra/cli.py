@@ -713,16 +713,51 @@ def main() -> None:
         if exc.exit_code == 130:
             ui.err.print(INTERRUPTED)
         sys.exit(exc.exit_code)
+    except EOFError:
+        # Ctrl-D at a confirmation prompt: nothing was confirmed, nothing was done.
+        ui.err.print("Error: no answer (end of input); nothing was changed")
+        sys.exit(EXIT_USAGE)
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+        kind = _click_kind(exc)
+        if kind is None:
+            raise
+        if kind == "abort":
             ui.err.print(INTERRUPTED)
             sys.exit(130)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else 1)
-        raise
+        ui.err.print(_click_line(exc), style="red", soft_wrap=True, markup=False, highlight=False)
+        sys.exit(EXIT_USAGE if kind == "usage" else getattr(exc, "exit_code", 1) or 1)
+
+
+def _click_kind(exc: BaseException) -> str | None:
+    """What a command-line parser's exception is: "abort", "usage", "other" or None.
+
+    Typer used to raise click's exceptions; newer releases raise their own copies of the same
+    classes (a vendored click). Both are recognised by their class names, so a usage error is one
+    line and exit 2 whichever is installed.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "Abort" in names:
+        return "abort"
+    if not hasattr(exc, "format_message"):
+        return None
+    if "UsageError" in names:
+        return "usage"
+    if "ClickException" in names:
+        return "other"
+    return None
+
+
+def _click_line(exc: BaseException) -> str:
+    """One line: what was wrong, and the --help to read."""
+    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    command = getattr(ctx, "command_path", None)
+    if not command or command == "rlinfra":
+        # Some errors are raised before the command's context exists: name it from argv.
+        words = [w for w in sys.argv[1:] if not w.startswith("-")]
+        known = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+        command = f"rlinfra {words[0]}" if words and words[0] in known else "rlinfra"
+    return f"Error: {message.rstrip('.')}. See `{command} --help`."
 
 
 if __name__ == "__main__":
