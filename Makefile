@@ -8,14 +8,12 @@ BIN := $(VENV)/bin
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 SYSTEM_PACKAGES := openssh-server iproute2 rclone fuse3 curl
 STAMP := $(VENV)/.installed
-# The Verl release whose config rlinfra checks overrides against (rlinfra.workloads.verl_config).
-VERL_PIN := verl==0.6.0
 # checkov pins versions that conflict with the project's tools: it gets a venv of its own.
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
 export RLINFRA_CHECKOV := $(abspath $(CHECKOV))
 
-.PHONY: help deps system-deps venv up down lint test test-unit test-terraform test-ansible test-e2e bench clean
+.PHONY: help deps system-deps venv lock test-latest up down lint test test-unit test-terraform test-ansible test-e2e bench clean
 
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -27,16 +25,25 @@ system-deps: ## Install the Debian packages the local cloud needs (root)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
+# The controller's environment is installed from hash-pinned locks (requirements/*.lock), so a
+# fresh machine gets exactly what was tested; `make lock` refreshes them from pyproject.toml.
+LOCK := requirements/controller.lock
+VERL_LOCK := requirements/verl-config.lock
+CHECKOV_LOCK := requirements/checkov.lock
+PIP := -m pip install --quiet --disable-pip-version-check
+
+$(STAMP): pyproject.toml $(LOCK) $(VERL_LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python $(PIP) --require-hashes -r $(LOCK)
+	$(BIN)/python $(PIP) --no-deps --no-build-isolation -e .
 	# Verl's packaged config only (no torch, no GPU): tests compare rlinfra's key snapshot with it.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(VERL_PIN)'
+	$(BIN)/python $(PIP) --no-deps --require-hashes -r $(VERL_LOCK)
 	touch $(STAMP)
 
-$(CHECKOV):
+$(CHECKOV): $(CHECKOV_LOCK)
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'checkov==3.3.30'
+	$(CHECKOV_VENV)/bin/python $(PIP) --require-hashes -r $(CHECKOV_LOCK)
+	touch $(CHECKOV)
 
 venv: $(STAMP) $(CHECKOV) ## Create .venv with rlinfra and the development tools (and checkov's venv)
 
@@ -74,5 +81,17 @@ bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/retrieval.py
 
+lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml
+	$(BIN)/python tools/lock_controller.py
+
+test-latest: system-deps ## Unit tests on the newest versions pyproject.toml allows (drift, on purpose)
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python $(PIP) -e '.[dev]'
+	.venv-latest/bin/python $(PIP) --no-deps --require-hashes -r $(VERL_LOCK)
+	.venv-latest/bin/python -m pip list --format=freeze | grep -iE '^(typer|click|pydantic|rich|ansible-core|ansible-runner)=='
+	.venv-latest/bin/python -m pytest -p no:cacheprovider tests/unit -q \
+	  --deselect tests/unit/test_controller_lock.py::test_the_installed_environment_is_the_locked_one
+
 clean: ## Remove the virtual environment and caches
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .venv-latest .pytest_cache .mypy_cache .ruff_cache

@@ -49,12 +49,21 @@ SecretOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--secret",
-        help="Secret NAME (value from your environment) or NAME=VALUE; never written to disk.",
+        help="Secret NAME: the value from your environment; NAME=@FILE: from a file; NAME=-: "
+        "from standard input; NAME=VALUE puts it in process arguments (warned). Never written "
+        "to disk or logs; validate, render and plan need no value.",
     ),
 ]
 AccOpt = Annotated[
     str | None,
     typer.Option("--accelerators", "--gpus", help="Override accelerators, e.g. H100:8,A100:8."),
+]
+CidrOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-cidr",
+        help="Also allow SSH from this CIDR (repeat); added to network.allowed_cidrs.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for CI and auditors).")]
 ClusterArg = Annotated[str, typer.Argument(help="Cluster name (see `rlinfra status`).")]
@@ -67,11 +76,14 @@ def _request(
     env: list[str] | None,
     secret: list[str] | None,
     accelerators: str | None,
+    allow_cidr: list[str] | None = None,
 ) -> Any:
     from rlinfra.deploy import deployment_dir, read_record
     from rlinfra.pipeline import Request
     from rlinfra.profile import Overrides, check_cluster_name, parse_env_pairs, parse_secret_flags
 
+    if profile is not None and not profile.strip():
+        raise UsageError("--profile '': give a profile name or a YAML path")
     if profile is None and cluster is not None:
         check_cluster_name(cluster)
         record = read_record(deployment_dir(cluster))
@@ -81,9 +93,31 @@ def _request(
         num_nodes=num_nodes,
         env=parse_env_pairs(env or []),
         secrets=parse_secret_flags(secret or []),
-        accelerators=[a.strip() for a in accelerators.split(",")] if accelerators else None,
+        accelerators=_accelerators(accelerators),
+        allowed_cidrs=list(allow_cidr or []),
     )
     return Request(profile=profile or DEFAULT_PROFILE, cluster=cluster, overrides=overrides)
+
+
+def _accelerators(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [a.strip() for a in value.split(",")]
+    if not all(items):
+        raise UsageError(f"--accelerators {value!r}: expected e.g. H100:8 or H100:8,A100:8")
+    return items
+
+
+def _out_folder(out: str | None) -> Path | None:
+    """--out names a folder to write into: not empty, not a file."""
+    if out is None:
+        return None
+    if not out.strip():
+        raise UsageError("--out '': give a folder to write into")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out}: not a folder")
+    return path
 
 
 def _print_json(data: Any) -> None:
@@ -149,29 +183,40 @@ def validate(
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
 ) -> None:
-    """Check a profile (and overrides) without touching anything."""
-    from rlinfra.pipeline import prepare, report_overrides
+    """Check a profile (and overrides) without touching anything; list the secrets up will need."""
+    from rlinfra.pipeline import prepare, report_overrides, report_secrets
 
-    plan, _ = prepare(_request(profile, cluster, num_nodes, env, secret, accelerators), os.environ)
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators)
+    plan, _ = prepare(request, os.environ, need_secrets=False)
     report_overrides(plan)
+    report_secrets(plan, request.overrides.secrets, os.environ)
     ui.out.print(f"{plan.source}: ok ({plan.num_nodes} node(s), cloud {plan.cloud})")
 
 
 @app.command()
 def render(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the files into.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Folder to write the files into.")],
     profile: ProfileOpt = None,
     cluster: ClusterOpt = None,
     num_nodes: NodesOpt = None,
     env: EnvOpt = None,
+    secret: SecretOpt = None,
     accelerators: AccOpt = None,
+    allow_cidr: CidrOpt = None,
 ) -> None:
-    """Write the Terraform roots and Ansible files of a deployment into a folder, for review."""
-    from rlinfra.pipeline import prepare, render_to, report_overrides
+    """Write the Terraform roots and Ansible files of a deployment into a folder, for review.
 
-    plan, _ = prepare(_request(profile, cluster, num_nodes, env, None, accelerators), os.environ)
+    Needs no secret value and no credentials; the folder holds no secret and no private key.
+    """
+    from rlinfra.pipeline import prepare, render_to, report_overrides, report_secrets
+
+    folder = _out_folder(out)
+    assert folder is not None
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
+    plan, _ = prepare(request, os.environ, need_secrets=False)
     report_overrides(plan)
-    changed = render_to(plan, out)
+    report_secrets(plan, request.overrides.secrets, os.environ)
+    changed = render_to(plan, folder)
     ui.out.print(f"rendered {plan.cluster} into {out} ({len(changed)} file(s) changed)")
 
 
@@ -181,7 +226,9 @@ def plan(
     cluster: ClusterOpt = None,
     num_nodes: NodesOpt = None,
     env: EnvOpt = None,
+    secret: SecretOpt = None,
     accelerators: AccOpt = None,
+    allow_cidr: CidrOpt = None,
     terraform: Annotated[
         bool,
         typer.Option(
@@ -190,7 +237,7 @@ def plan(
         ),
     ] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Deployment folder (default: the cluster's).")
+        str | None, typer.Option("--out", "-o", help="Deployment folder (default: the cluster's).")
     ] = None,
     json_out: JsonOpt = False,
     detailed_exitcode: Annotated[
@@ -205,7 +252,18 @@ def plan(
     """Show what `up` would build and what it costs, without building anything."""
     if detailed_exitcode:
         try:
-            changes = _plan(profile, cluster, num_nodes, env, accelerators, True, out, json_out)
+            changes = _plan(
+                profile,
+                cluster,
+                num_nodes,
+                env,
+                secret,
+                accelerators,
+                allow_cidr,
+                True,
+                out,
+                json_out,
+            )
         except RlinfraError as exc:
             ui.err.print(_error_line(exc), style="red", soft_wrap=True)
             raise typer.Exit(1) from exc
@@ -215,7 +273,9 @@ def plan(
             ui.err.print(f"Error: {exc}", style="red", soft_wrap=True)
             raise typer.Exit(1) from exc
         raise typer.Exit(2 if changes else 0)
-    _plan(profile, cluster, num_nodes, env, accelerators, terraform, out, json_out)
+    _plan(
+        profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, terraform, out, json_out
+    )
 
 
 def _plan(
@@ -223,17 +283,21 @@ def _plan(
     cluster: str | None,
     num_nodes: int | None,
     env: list[str] | None,
+    secret: list[str] | None,
     accelerators: str | None,
+    allow_cidr: list[str] | None,
     terraform: bool,
-    out: Path | None,
+    out: str | None,
     json_out: bool,
 ) -> bool:
     """Print the plan; True when Terraform would change something."""
     from rlinfra.pipeline import audit, prepare
 
-    the_plan, _ = prepare(
-        _request(profile, cluster, num_nodes, env, None, accelerators), os.environ
-    )
+    out_folder = _out_folder(out)
+    from rlinfra.secrets import secret_status
+
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
+    the_plan, _ = prepare(request, os.environ, need_secrets=False)
     summary: dict[str, Any] = {
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
@@ -256,14 +320,21 @@ def _plan(
         "buckets": the_plan.storage_buckets,
         "ray": the_plan.profile.network.ray.model_dump(),
         "overrides": [o.__dict__ for o in the_plan.overrides],
+        "secrets": [
+            {"name": row.name, "required": row.required, "set": row.available}
+            for row in secret_status(the_plan.profile, request.overrides.secrets, os.environ)
+        ],
     }
     if terraform:
-        summary["terraform"] = audit(the_plan, out)
+        summary["terraform"] = audit(the_plan, out_folder)
     changes = terraform and any(r["changes"] for r in summary["terraform"]["roots"].values())
     if json_out:
         _print_json(summary)
     else:
         _print_plan(the_plan, summary, terraform)
+        from rlinfra.pipeline import report_secrets
+
+        report_secrets(the_plan, request.overrides.secrets, os.environ)
     return bool(changes)
 
 
@@ -306,6 +377,7 @@ def up(
     env: EnvOpt = None,
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
+    allow_cidr: CidrOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before creating.")] = False,
     no_check: Annotated[
         bool, typer.Option("--no-check", help="Skip the acceptance check at the end.")
@@ -346,8 +418,12 @@ def up(
     from rlinfra.pipeline import up as run_up
 
     the_plan, secrets = prepare(
-        _request(profile, cluster, num_nodes, env, secret, accelerators), os.environ
+        _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr), os.environ
     )
+    if the_plan.profile.workload is not None and not infra_only and not no_run:
+        from rlinfra.workloads.spec import job_spec
+
+        job_spec(the_plan).refuse_unset()
     if the_plan.cloud != "local" and not yes:
         ui.out.print(f"This creates {the_plan.num_nodes} node(s) on {the_plan.cloud}.")
         if not ui.confirm("Proceed?"):
@@ -452,7 +528,9 @@ def run(
             f"{the_plan.source}: workload: the profile of {cluster!r} has no workload to run"
         )
     report_overrides(the_plan)
-    submitted = jobs.submit(cluster, job_spec(the_plan), secrets)
+    spec = job_spec(the_plan)
+    spec.refuse_unset()
+    submitted = jobs.submit(cluster, spec, secrets)
     state = jobs.follow(cluster, submitted.submission_id) if follow else "SUBMITTED"
     if json_out:
         _print_json({"submission_id": submitted.submission_id, "status": state})

@@ -8,7 +8,13 @@ from pathlib import Path
 
 
 def rlinfra_home() -> Path:
-    return Path(os.environ.get("RLINFRA_HOME") or Path.home() / ".rlinfra").resolve()
+    """$RLINFRA_HOME or ~/.rlinfra: a folder (made when first needed), never a file."""
+    home = Path(os.environ.get("RLINFRA_HOME") or Path.home() / ".rlinfra").resolve()
+    if home.exists() and not home.is_dir():
+        from rlinfra.errors import UsageError
+
+        raise UsageError(f"RLINFRA_HOME {home} is not a folder", "Point it at a folder.")
+    return home
 
 
 def rlinfra_cache(home: Path | None = None) -> Path:

@@ -133,15 +133,26 @@ def submit(cluster: str, spec: JobSpec, secrets: dict[str, str]) -> Submitted:
             *runner,
         ]
     )
-    result = ssh.run(folder, head, command, capture=True, timeout=180)
+    try:
+        result = ssh.run(folder, head, command, capture=True, timeout=180)
+    except BaseException:
+        # Interrupted or timed out: the job may never start to read (and delete) the secrets.
+        _remove_secrets(folder, head, where)
+        raise
     if result.returncode != 0:
-        ssh.run(folder, head, f"rm -f {where}/secrets.env", capture=True, timeout=60)
+        _remove_secrets(folder, head, where)
         tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
         raise OperationError(f"Ray refused the job: {' '.join(tail)}")
     jobs = list(record.get("jobs") or [])
     jobs.append({"submission_id": job_id, "workload": spec.workload_type})
     update_record(folder, jobs=jobs[-20:])
     return Submitted(job_id, shlex.join(runner))
+
+
+def _remove_secrets(folder: Path, head: Any, where: str) -> None:
+    from rlinfra.runners import ssh
+
+    ssh.run(folder, head, f"rm -f {where}/secrets.env", capture=True, timeout=60)
 
 
 def latest_job(cluster: str) -> str:

@@ -37,9 +37,10 @@ from rlinfra.deploy import (
     write_record,
 )
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan, make_plan, resolve_secrets
+from rlinfra.plan import Plan, make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile
 from rlinfra.render import Host, render, render_inventory
+from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,24 @@ class Request:
     overrides: Overrides = field(default_factory=Overrides)
 
 
-def prepare(request: Request, environ: Mapping[str, str]) -> tuple[Plan, dict[str, str]]:
-    """Load, override, validate and plan. Raises UsageError; touches nothing."""
+def prepare(
+    request: Request, environ: Mapping[str, str], need_secrets: bool = True
+) -> tuple[Plan, dict[str, str]]:
+    """Load, override, validate and plan. Raises UsageError; touches nothing.
+
+    With ``need_secrets`` (``up``, ``run``) every required secret must have a value; without it
+    (``validate``, ``render``, ``plan``) the values found are checked but none is required.
+    Either way a ``--secret`` flag must yield a non-empty value.
+    """
     profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
     plan = make_plan(profile, source, request.cluster, tuple(changes))
-    secrets = resolve_secrets(profile, request.overrides.secrets, environ, source)
+    for name, flag in request.overrides.secrets.items():
+        if flag is not None and flag != "-" and not flag.startswith("@"):
+            ui.warn(LITERAL_SECRET_WARNING.format(name=name))
+    secrets = resolve_secrets(
+        profile, request.overrides.secrets, environ, source, require=need_secrets
+    )
     return plan, secrets
 
 
@@ -66,6 +79,23 @@ def report_overrides(plan: Plan) -> None:
 
         for warning in job_spec(plan).warnings:
             ui.warn(warning)
+
+
+def report_secrets(plan: Plan, flags: Mapping[str, str | None], environ: Mapping[str, str]) -> None:
+    """Which secrets `up` and `run` will need, and whether each has a value now."""
+    rows = secret_status(plan.profile, flags, environ)
+    if not rows:
+        return
+    parts = []
+    for row in rows:
+        need = "required" if row.required else "optional"
+        state = (
+            "set"
+            if row.available
+            else ("not set: up and run refuse" if row.required else "not set")
+        )
+        parts.append(f"{row.name} ({need}, {state})")
+    ui.info("secrets for up and run: " + ", ".join(parts))
 
 
 def check_collisions(plan: Plan, home: Path) -> None:
@@ -147,12 +177,53 @@ def make_context(
     )
 
 
+def paths_context(plan: Plan, folder: Path, home: Path) -> Context:
+    """The deployment's paths alone (no key, no token, nothing built): for checks that come
+    before any change."""
+    return Context(
+        deployment_dir=folder,
+        home=home,
+        cache=rlinfra_cache(home),
+        ssh_public_key="",
+        task_id="",
+        controller=controller_facts(plan, home, build=False),
+    )
+
+
+REVIEW_KEY = "ssh-ed25519 AAAAREVIEWPLACEHOLDER rlinfra review: `up` makes the key in {path}"
+
+
 def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
-    """`rlinfra render`: write the deployment folder's rendered files into ``out``."""
+    """`rlinfra render`: write the deployment's rendered files into ``out``, for review.
+
+    The files name the cluster's own deployment folder (where `up` keeps the key, the token and
+    the state), but nothing is written there, and no secret is written anywhere: the SSH public
+    key is the cluster's when it has one, else a placeholder; there is no private key.
+    """
     home = home or rlinfra_home()
-    # A review render has no run yet: the run id is assigned by the first `up`.
-    ctx = make_context(plan, out.resolve(), home, build=False, task_id=f"{plan.cluster}-unassigned")
-    return write_files(out, render(plan, ctx))
+    folder = deployment_dir(plan.cluster, home)
+    target = out.resolve()
+    if target == folder.resolve() or folder.resolve() in target.parents:
+        raise UsageError(
+            f"--out {out}: that is the cluster's own deployment folder",
+            "Render into another folder; `up` writes this one.",
+        )
+    pub = folder / "ssh" / "id_ed25519.pub"
+    record = read_record(folder) or {}
+    ctx = Context(
+        deployment_dir=folder,
+        home=home,
+        cache=rlinfra_cache(home),
+        ssh_public_key=(
+            pub.read_text().strip()
+            if pub.is_file()
+            else REVIEW_KEY.format(path=folder / "ssh" / "id_ed25519")
+        ),
+        # A review render has no run yet: the run id is assigned by the first `up`.
+        task_id=record.get("task_id") or f"{plan.cluster}-unassigned",
+        controller=controller_facts(plan, home, build=False),
+    )
+    return write_files(target, render(plan, ctx))
 
 
 # ---------------------------------------------------------------- plan (for auditors)
@@ -337,11 +408,13 @@ def up(
             "Pick another cluster name with --cluster, or `rlinfra down` it first.",
         )
     report_overrides(plan)
+    if hasattr(cloud, "check_context"):
+        # Where the cache, wheelhouse and buckets will be: refused before anything is built
+        # or written (the deployment folder, its key and token included).
+        cloud.check_context(plan, paths_context(plan, folder, home))
 
     with cluster_lock(folder, "up"):
         ctx = make_context(plan, folder, home, build=True)
-        if hasattr(cloud, "check_context"):
-            cloud.check_context(plan, ctx)
         files = render(plan, ctx)
         if from_plan:
             saved = folder / "plan-digest.txt"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlinfra.accelerators import Accelerator
+from rlinfra.clouds import SUPPORTED as SUPPORTED_CLOUDS
 from rlinfra.errors import UsageError
 from rlinfra.pins import PinSet, pin_sets
 from rlinfra.profile import Override, Profile, check_cluster_name
@@ -77,33 +77,6 @@ def local_subnet(cluster: str) -> str:
     return f"10.213.{third}.0/24"
 
 
-def resolve_secrets(
-    profile: Profile, flags: Mapping[str, str | None], environ: Mapping[str, str], source: str
-) -> dict[str, str]:
-    """Secret values from ``--secret NAME=VALUE`` or the caller's environment.
-
-    Missing required secrets are an error here, before any cloud call.
-    """
-    values: dict[str, str] = {}
-    for name, requirement in profile.secrets.items():
-        if name in flags and flags[name] is not None:
-            values[name] = str(flags[name])
-        elif environ.get(name):
-            values[name] = environ[name]
-        elif requirement == "required":
-            raise UsageError(
-                f"{source}: secrets.{name}: required secret is not set",
-                f"Export {name} in your shell and pass --secret {name}, "
-                f"or pass --secret {name}=VALUE.",
-            )
-    for name, value in flags.items():
-        if name not in profile.secrets:
-            if value is None and name not in environ:
-                raise UsageError(f"--secret {name}: {name} is not set in the environment")
-            values[name] = value if value is not None else environ[name]
-    return values
-
-
 def make_plan(
     profile: Profile,
     source: str,
@@ -113,6 +86,11 @@ def make_plan(
 ) -> Plan:
     """Decide the deployment. Raises UsageError for combinations the models cannot see."""
     name = check_cluster_name(cluster or profile.name)
+    if profile.cloud not in SUPPORTED_CLOUDS:
+        raise UsageError(
+            f"{source}: cloud: {profile.cloud!r} is not supported by this version of rlinfra",
+            "Supported clouds: " + ", ".join(SUPPORTED_CLOUDS) + ".",
+        )
     pinsets = pin_sets()
     if profile.software.pin_set not in pinsets:
         raise UsageError(

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.serving import Serving
+from rlinfra.strict import StrictModel
 from rlinfra.workloads.model import Workload
 
 CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -30,8 +31,7 @@ BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 Cloud = Literal["local", "aws", "gcp", "ssh"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = StrictModel
 
 
 class Resources(_Strict):
@@ -481,20 +481,50 @@ def resolve_profile_path(name_or_path: str) -> Path:
     raise UsageError(f"unknown profile {name_or_path!r}", hint)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last)."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (line {line})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
+
+
 def load_profile(name_or_path: str) -> tuple[Profile, str]:
     """Load a profile by name or path; returns the profile and the source it came from."""
+    if not name_or_path.strip():
+        raise UsageError("--profile '': give a profile name or a YAML path")
     path = resolve_profile_path(name_or_path)
     source = str(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise UsageError(f"{source}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(source, "", f"not UTF-8 text (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.constructor.ConstructorError as exc:
+        raise ProfileError(source, "", str(exc.problem)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
         raise ProfileError(source, "", f"not valid YAML{line}") from None
+    if data is None:
+        raise ProfileError(source, "", "the file is empty (a profile needs at least `cloud:`)")
     return profile_from_data(data, source, path.stem), source
 
 
@@ -516,6 +546,7 @@ class Overrides:
     env: dict[str, str] = field(default_factory=dict)
     accelerators: list[str] | None = None
     secrets: dict[str, str | None] = field(default_factory=dict)
+    allowed_cidrs: list[str] = field(default_factory=list)
 
 
 def parse_env_pairs(pairs: Iterable[str], flag: str = "--env") -> dict[str, str]:
@@ -555,6 +586,12 @@ def apply_overrides(
         changes.append(
             Override("resources.accelerators", old_acc, ",".join(overrides.accelerators))
         )
+    if overrides.allowed_cidrs:
+        old_cidrs = ",".join(profile.network.allowed_cidrs) or "none"
+        merged = list(profile.network.allowed_cidrs)
+        merged += [c for c in overrides.allowed_cidrs if c not in merged]
+        data["network"]["allowed_cidrs"] = merged
+        changes.append(Override("network.allowed_cidrs", old_cidrs, ",".join(merged)))
     for key, value in overrides.env.items():
         if key in profile.secrets:
             raise UsageError(f"--env {key}: {key} is a secret of this profile; use --secret {key}")

@@ -141,7 +141,11 @@ def test_render_writes_a_reviewable_folder(cli: Cli, home: Path, tmp_path: Path)
     snapshot = {p: (out / p).read_bytes() for p in files_under(out) if (out / p).is_file()}
     assert "terraform/cluster/terraform.tfvars.json" in snapshot
     assert "ansible/vars.yml" in snapshot
-    assert oct((out / "ssh" / "id_ed25519").stat().st_mode & 0o777) == "0o600"
+    # A review folder holds no private key, and the cluster's own folder is not touched.
+    assert not [p for p in snapshot if "id_ed25519" in p], snapshot.keys()
+    assert not (home / "clusters").exists()
+    tfvars = (out / "terraform" / "cluster" / "terraform.tfvars.json").read_text()
+    assert str(home / "clusters" / "local" / "ssh" / "id_ed25519") in tfvars
     second = cli("render", "--out", str(out), "-n", "3")
     assert second.code == 0
     assert "(0 file(s) changed)" in second.out

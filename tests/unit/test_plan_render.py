@@ -11,9 +11,10 @@ import yaml
 
 from rlinfra.context import Context, Controller
 from rlinfra.errors import UsageError
-from rlinfra.plan import local_subnet, make_plan, resolve_secrets
+from rlinfra.plan import local_subnet, make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import Host, render, render_inventory
+from rlinfra.secrets import resolve_secrets
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 UPDATE = os.environ.get("RLINFRA_UPDATE_GOLDEN") == "1"

@@ -17,9 +17,10 @@ import yaml
 
 from rlinfra.context import Context, Controller
 from rlinfra.errors import ProfileError, UsageError
-from rlinfra.plan import Plan, make_plan, resolve_secrets
+from rlinfra.plan import Plan, make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import render
+from rlinfra.secrets import resolve_secrets
 from rlinfra.workloads.spec import job_spec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "workloads"
@@ -272,10 +273,16 @@ def test_multinode_runtime_env_and_env_flags_flow_into_the_command() -> None:
 
 
 def test_search_external_needs_the_url_and_rewrites_the_tool_config() -> None:
-    with pytest.raises(ProfileError) as err:
-        plan_of("search-grpo-external")
+    # A review plans without the URL; `up` and `run` refuse with the flag to pass.
+    review = job_spec(plan_of("search-grpo-external"))
+    assert review.files == () and review.probe_steps == ()
+    assert "RETRIEVAL_SERVICE_URL is not set" in review.warnings[0]
+    with pytest.raises(UsageError) as err:
+        review.refuse_unset()
     assert "workload.search_tool.url: retrieval service URL is empty" in err.value.message
-    assert "--env RETRIEVAL_SERVICE_URL=" in (err.value.hint or "")
+    assert "--env RETRIEVAL_SERVICE_URL=http://HOST:PORT" in err.value.message
+    with pytest.raises(ProfileError, match="is not an http"):
+        plan_of("search-grpo-external", Overrides(env={"RETRIEVAL_SERVICE_URL": "ftp://x"}))
     plan = plan_of(
         "search-grpo-external", Overrides(env={"RETRIEVAL_SERVICE_URL": "http://10.0.0.5:8000/"})
     )

@@ -15,6 +15,9 @@ from types import ModuleType
 
 from rlinfra.errors import UsageError
 
+# The clouds this version deploys; a profile naming another is refused at `validate`.
+SUPPORTED = ("local", "aws")
+
 
 def cloud_module(name: str) -> ModuleType:
     if name == "local":
@@ -27,5 +30,5 @@ def cloud_module(name: str) -> ModuleType:
         return aws
     raise UsageError(
         f"cloud {name!r} cannot be deployed by this version of rlinfra",
-        "Supported clouds: local, aws.",
+        "Supported clouds: " + ", ".join(SUPPORTED) + ".",
     )

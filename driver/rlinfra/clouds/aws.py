@@ -95,7 +95,8 @@ def preflight(plan: Plan) -> None:
         raise UsageError(
             f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to configure "
             "the nodes",
-            "Add your address, e.g. allowed_cidrs: [198.51.100.7/32].",
+            "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
+            "network.allowed_cidrs in the profile.",
         )
     report = run(
         AwsTarget(

@@ -17,7 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from rlinfra.strict import StrictModel
 
 WorkloadType = Literal["ppo", "grpo", "search-grpo", "search-inference"]
 Program = Literal["verl", "standin"]
@@ -39,8 +41,7 @@ DEFAULT_SOURCES: dict[str, str] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = StrictModel
 
 
 def hydra_value(value: Any) -> str:

@@ -89,6 +89,8 @@ class JobSpec:
     # Run before the job (after data_steps): a service the job needs must answer.
     probe_steps: tuple[Step, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    # Inputs a review may leave out but a run needs (each a one-line refusal for up and run).
+    unset: tuple[str, ...] = field(default=())
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -96,7 +98,14 @@ class JobSpec:
         return tuple(a for a in self.entrypoint if not a.startswith("-") and "=" in a)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("unset")
+        return out
+
+    def refuse_unset(self) -> None:
+        """For `up` and `run`: an input a review could leave out is needed now."""
+        if self.unset:
+            raise UsageError(self.unset[0])
 
 
 class _Expander:
@@ -185,11 +194,15 @@ def _variables(plan: Plan, workload: Workload, expand: _Expander) -> None:
         v["TOOL_CONFIG"] = v["CHECKPOINT_DIR"] + "/rlinfra/search_tool_config.yaml"
 
 
-def _retrieval_url(workload: Workload, expand: _Expander, source: str) -> str:
+def _retrieval_url(workload: Workload, expand: _Expander, source: str) -> str | None:
+    """The retrieval service's base URL; None when it comes from a variable left empty (a
+    review needs no URL: `up` and `run` refuse, see ``JobSpec.unset``)."""
     assert workload.search_tool is not None
     where = "workload.search_tool.url"
     url = expand(workload.search_tool.url, where).rstrip("/")
     url = url.removesuffix("/retrieve")
+    if not url and _VAR.findall(workload.search_tool.url):
+        return None
     if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[^\s]*)?", url):
         names = _VAR.findall(workload.search_tool.url)
         shown = f"{url!r} is not an http(s) URL" if url else "is empty"
@@ -497,6 +510,15 @@ def job_spec(plan: Plan) -> JobSpec:
         runtime_env[name] = expand(value, f"workload.runtime_env.{name}")
 
     url = _retrieval_url(workload, expand, plan.source) if workload.search_tool else None
+    unset: list[str] = []
+    warnings: list[str] = []
+    if workload.search_tool is not None and url is None:
+        name = _VAR.findall(workload.search_tool.url)[0]
+        unset.append(
+            f"{plan.source}: workload.search_tool.url: retrieval service URL is empty "
+            f"(from ${{{name}}}); pass --env {name}=http://HOST:PORT (the retrieval service)"
+        )
+        warnings.append(f"{name} is not set: up and run need --env {name}=http://HOST:PORT")
     files: list[tuple[str, str]] = []
     probes: list[Step] = []
     if url is not None:
@@ -508,7 +530,6 @@ def job_spec(plan: Plan) -> JobSpec:
             probe = (*SEARCH_TOOL, "probe", "--url", url, "--tries", "30", "--interval", "5")
             probes.append(Step("probe-retrieval", probe))
 
-    warnings: list[str] = []
     if workload.type == "search-inference":
         entrypoint = _inference_entrypoint(workload, expand, url)
     else:
@@ -542,4 +563,5 @@ def job_spec(plan: Plan) -> JobSpec:
         files=tuple(files),
         probe_steps=tuple(probes),
         warnings=tuple(warnings),
+        unset=tuple(unset),
     )
