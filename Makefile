@@ -56,7 +56,7 @@ up: deps ## Set up, bring up the built-in `local` profile (2 hosts here) and fol
 down: venv ## Take the `local` cluster down (keeps its bucket)
 	$(BIN)/rlinfra down local --yes
 
-lint: venv ## ruff, mypy, terraform fmt, yamllint
+lint: venv ## ruff, mypy, terraform fmt (ansible-lint runs in test-ansible)
 	$(BIN)/ruff check driver tests bench
 	$(BIN)/ruff format --check driver tests bench
 	$(BIN)/mypy

@@ -55,3 +55,24 @@ def files_under(folder: Path) -> list[str]:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+# ---- no silent skips in CI -----------------------------------------------------------------
+# With RLINFRA_FORBID_SKIPS=1 (.ci/run sets it) a skipped test fails the run, unless it is one of
+# the GPU-only tests (their skip reason says so): a green run elsewhere must prove as much here.
+GPU_ONLY_REASON = "needs an NVIDIA GPU"
+_unexpected_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and os.environ.get("RLINFRA_FORBID_SKIPS") == "1":
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+        if GPU_ONLY_REASON not in reason:
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected_skips:
+        lines = "\n  ".join(_unexpected_skips)
+        sys.stderr.write(f"\nRLINFRA_FORBID_SKIPS: tests skipped that must run here:\n  {lines}\n")
+        session.exitstatus = 1

@@ -175,7 +175,7 @@ class Network(_Strict):
                 )
             if ipaddress.ip_address(self.ray.dashboard_host).is_unspecified:
                 raise ValueError(
-                    "ray.dashboard_host 0.0.0.0 exposes Ray's unauthenticated job API; "
+                    "ray.dashboard_host 0.0.0.0 exposes Ray's job API (token-protected) to every network; "
                     "set network.allow_public: true if that is intended"
                 )
         return self
@@ -209,7 +209,7 @@ class Storage(_Strict):
 class Software(_Strict):
     """What gets installed on every node."""
 
-    pin_set: str = Field(default="cpu-sandbox", description="Named pin set (see `rlinfra pins`).")
+    pin_set: str = Field(default="cpu-sandbox", description="Named pin set (rlinfra/data/pinsets.yaml).")
     python: str = Field(default="3.10", description="Python version, or 'system'.")
     wheelhouse: str | None = Field(
         default=None,

@@ -79,7 +79,7 @@ def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aws]:
             AWS_SECRET_ACCESS_KEY="testing",
             AWS_DEFAULT_REGION="us-east-1",
             RLINFRA_AWS_ENDPOINT_URL=emu.url,
-            RLINFRA_TF_PLUGIN_MIRROR=str(MIRROR),
+            **({"RLINFRA_TF_PLUGIN_MIRROR": str(MIRROR)} if MIRROR else {}),
             RLINFRA_HOME=str(tmp / "home"),
             RLINFRA_QUIET="1",
             PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

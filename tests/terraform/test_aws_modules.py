@@ -2,7 +2,7 @@
 scan, and a real apply/destroy of the AWS roots against an AWS API emulator.
 
 The real hashicorp/aws provider comes from a filesystem mirror on this machine (found at run time,
-or from RLINFRA_TF_PLUGIN_MIRROR); no registry is reached. The apply-level tests start their own
+or from RLINFRA_TF_PLUGIN_MIRROR), else from Terraform's registry. The apply-level tests start their own
 moto server on a free port on 127.0.0.1, point the roots' `endpoints` at it, check what was made
 with boto3, and stop the server by pid at the end, also when a test fails. moto has no placement
 groups, so only that resource is turned off there; the mocked-provider tests cover it (and EFA).
@@ -154,11 +154,7 @@ MOTO_SERVER = Path(sys.executable).parent / "moto_server"
 def _terraform_skip_reason() -> str | None:
     if shutil.which("terraform") is None:
         return "terraform is not on PATH"
-    if MIRROR is None:
-        return (
-            "no filesystem mirror of hashicorp/aws found (set RLINFRA_TF_PLUGIN_MIRROR to the "
-            "folder that holds registry.terraform.io/hashicorp/aws)"
-        )
+    # Without a filesystem mirror (RLINFRA_TF_PLUGIN_MIRROR), Terraform's registry is used.
     return None
 
 
@@ -195,20 +191,22 @@ def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 
 def terraform_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment without the machine's TF_* and AWS_* settings, with a CLI config that
-    installs hashicorp/aws from the mirror only."""
-    assert MIRROR is not None
+    installs hashicorp/aws from the mirror when there is one (else from Terraform's registry)."""
     cli_config = tmp / "terraformrc"
-    cli_config.write_text(
-        "provider_installation {\n"
-        "  filesystem_mirror {\n"
-        f"    path    = {json.dumps(str(MIRROR))}\n"
-        '    include = ["registry.terraform.io/hashicorp/aws"]\n'
-        "  }\n"
-        "  direct {\n"
-        '    exclude = ["registry.terraform.io/hashicorp/aws"]\n'
-        "  }\n"
-        "}\n"
-    )
+    if MIRROR is None:
+        cli_config.write_text("")
+    else:
+        cli_config.write_text(
+            "provider_installation {\n"
+            "  filesystem_mirror {\n"
+            f"    path    = {json.dumps(str(MIRROR))}\n"
+            '    include = ["registry.terraform.io/hashicorp/aws"]\n'
+            "  }\n"
+            "  direct {\n"
+            '    exclude = ["registry.terraform.io/hashicorp/aws"]\n'
+            "  }\n"
+            "}\n"
+        )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "AWS_"))}
     env.update(
         TF_CLI_CONFIG_FILE=str(cli_config),

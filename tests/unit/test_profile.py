@@ -112,7 +112,7 @@ def test_bad_ports(data: dict[str, object], message: str) -> None:
 def test_public_exposure_needs_explicit_flag() -> None:
     with pytest.raises(ProfileError, match="whole internet"):
         profile_from_data({"network": {"allowed_cidrs": ["0.0.0.0/0"]}}, "x.yaml", "x")
-    with pytest.raises(ProfileError, match="unauthenticated job API"):
+    with pytest.raises(ProfileError, match="job API \\(token-protected\\) to every network"):
         profile_from_data({"network": {"ray": {"dashboard_host": "0.0.0.0"}}}, "x.yaml", "x")
     ok = profile_from_data(
         {"network": {"allow_public": True, "allowed_cidrs": ["0.0.0.0/0"]}}, "x.yaml", "x"
