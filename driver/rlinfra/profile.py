@@ -209,7 +209,9 @@ class Storage(_Strict):
 class Software(_Strict):
     """What gets installed on every node."""
 
-    pin_set: str = Field(default="cpu-sandbox", description="Named pin set (rlinfra/data/pinsets.yaml).")
+    pin_set: str = Field(
+        default="cpu-sandbox", description="Named pin set (rlinfra/data/pinsets.yaml)."
+    )
     python: str = Field(default="3.10", description="Python version, or 'system'.")
     wheelhouse: str | None = Field(
         default=None,
