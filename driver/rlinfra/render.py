@@ -39,6 +39,12 @@ class Host:
     ssh_user: str
 
 
+def ray_node_resources(plan: Plan) -> tuple[int | None, dict[str, int]]:
+    from rlinfra.workloads.spec import ray_node_resources as of_plan
+
+    return of_plan(plan)
+
+
 def _tree(root: Path, prefix: str) -> Iterator[tuple[str, str]]:
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
@@ -87,6 +93,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     """Every role variable rlinfra sets, from the plan (see each role's defaults)."""
     profile = plan.profile
     ray = profile.network.ray
+    ray_gpus, ray_resources = ray_node_resources(plan)
     pins = plan.pins
     base: dict[str, Any] = {
         "rlinfra_cluster_name": plan.cluster,
@@ -126,7 +133,8 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "ray_cluster_dashboard_agent_listen_port": ray.dashboard_agent_listen_port,
         "ray_cluster_client_server_port": ray.client_server_port,
         "ray_cluster_allow_public_dashboard": profile.network.allow_public,
-        "ray_cluster_num_gpus": plan.gpus_per_node,
+        "ray_cluster_num_gpus": ray_gpus if ray_gpus is not None else plan.gpus_per_node,
+        "ray_cluster_resources": ray_resources,
         "ray_cluster_auth_token_src": str(ctx.ray_token_file),
         "acceptance_enabled": profile.check.enabled,
         "acceptance_min_busbw_gbps": profile.check.min_busbw_gbps,

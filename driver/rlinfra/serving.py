@@ -16,9 +16,10 @@ _Strict = StrictModel
 class ModelServing(_Strict):
     """An OpenAI-compatible model server on the head node, supervised and health-checked."""
 
-    engine: Literal["vllm", "standin"] = Field(
+    engine: Literal["vllm", "transformers"] = Field(
         default="vllm",
-        description="'vllm' (GPU nodes) or 'standin' (a small CPU server for local clusters).",
+        description="'vllm' (GPU nodes) or 'transformers' (CPU nodes and small models; vLLM needs "
+        "a GPU).",
     )
     model_path: str = Field(default="/checkpoints/hf_model", description="Model folder to serve.")
     port: int = Field(default=9090, ge=1024, le=65535)

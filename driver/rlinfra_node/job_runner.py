@@ -47,6 +47,14 @@ def read_secrets(path: Path) -> dict[str, str]:
     return values
 
 
+def secret_fingerprint(value: str) -> str:
+    """``sha256:`` and the first 12 hex digits of the value's SHA-256: shows that a secret
+    arrived (and which one), not what it is."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
 def plan_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str], str | None]]:
     """(name, argv, done marker) of every command, in the order they run."""
     steps: list[tuple[str, list[str], str | None]] = []
@@ -191,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         secrets = read_secrets(args.secrets)
         env.update(secrets)
         print(f"job_runner: secrets given: {', '.join(sorted(secrets)) or 'none'}", flush=True)
+        for name in sorted(secrets):
+            # Proof that the value arrived intact, without showing it.
+            print(f"job_runner: secret {name}: {secret_fingerprint(secrets[name])}", flush=True)
     spec = json.loads(args.spec.read_text())
 
     def log(text: str) -> None:

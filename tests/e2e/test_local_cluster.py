@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -251,24 +252,33 @@ CANARY = "wandb-canary-7d41c9e2b8f05a63"
 
 
 def test_training_job_writes_checkpoints_to_the_bucket(cluster: Cluster) -> None:
-    """`up` submitted the profile's job (the PPO path with the CPU stand-in for Verl's
-    trainer and merger); its log, state and checkpoints are real."""
-    follow = cluster.run("logs", cluster.name, "--follow", timeout=900)
+    """`up` submitted the profile's job: Verl's own trainer (PPO with a critic) in rlinfra's CPU
+    mode, one worker on each host; its log, state, checkpoints and merged model are real."""
+    follow = cluster.run("logs", cluster.name, "--follow", timeout=1200)
     log = follow.stdout
+    assert "job_runner: make-model done" in log or "make-model: already done" in log, log
     assert "job_runner: dataprep done" in log or "dataprep: already done" in log, log
-    assert "standin_trainer: data.train_files: 36 rows" in log, log
-    assert "standin_trainer: saved global_step_4" in log, log
+    assert "verl_cpu:" in log, log  # the CPU mode announced itself
+    for step in (1, 2, 3, 4):
+        assert re.search(rf"step:{step} - ", log), (step, log[-4000:])
+    assert not re.search(r"step:5 - ", log)
     assert "job_runner: merge done" in log, log
-    # Both nodes computed gradients (one Ray task per node).
-    assert "/0" in log.split("step:1 ")[1].split("\n")[0]
-    assert "/1" in log.split("step:1 ")[1].split("\n")[0]
+    # Verl's workers ran on both hosts: Ray prefixes their lines with the node's IP.
+    ips = [node["private_ip"] for node in cluster.json("status", cluster.name)["nodes"]]
+    for ip in ips:
+        assert re.search(rf"\((WorkerDict|[A-Za-z]+) pid=\d+, ip={re.escape(ip)}\)", log), ip
     jobs = cluster.json("status", cluster.name)["jobs"]
     assert isinstance(jobs, list) and jobs[-1]["status"] == "SUCCEEDED", jobs
     bucket = cluster.home / "buckets" / BUCKET
     assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
-    assert (bucket / "global_step_2" / "actor" / "model.pt").is_file()
-    assert (bucket / "global_step_4" / "actor" / "model.pt").is_file()
+    for step in (2, 4):
+        for role in ("actor", "critic"):
+            shards = sorted(p.name for p in (bucket / f"global_step_{step}" / role).glob("*.pt"))
+            # FSDP2 over 2 ranks: each rank wrote its own shard from its own host.
+            assert any("world_size_2_rank_0" in n for n in shards), shards
+            assert any("world_size_2_rank_1" in n for n in shards), shards
     assert (bucket / "data" / "gsm8k" / "_SUCCESS").is_file()
+    assert (bucket / "models" / "tiny-qwen2" / "_SUCCESS").is_file()
     merged = json.loads((bucket / "hf_model" / ".rlinfra-merge.json").read_text())
     assert merged["step"] == 4
     # Each node sees the bucket itself at /checkpoints (a mount, not a copy).
@@ -282,6 +292,23 @@ def test_training_job_writes_checkpoints_to_the_bucket(cluster: Cluster) -> None
             "cat /checkpoints/latest_checkpointed_iteration.txt",
         )
         assert seen.stdout.strip() == "4"
+
+
+def test_merged_model_is_trained(cluster: Cluster) -> None:
+    """The merged model loads with transformers, and training changed its weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    bucket = cluster.home / "buckets" / BUCKET
+    initial = AutoModelForCausalLM.from_pretrained(bucket / "models" / "tiny-qwen2")
+    merged = AutoModelForCausalLM.from_pretrained(bucket / "hf_model")
+    before = dict(initial.named_parameters())
+    changed = [
+        name
+        for name, value in merged.named_parameters()
+        if not torch.equal(value.detach(), before[name].detach())
+    ]
+    assert changed, "the merged model's weights equal the initial random ones"
 
 
 def test_rerun_with_new_env_resumes_and_keeps_the_secret_private(cluster: Cluster) -> None:
@@ -313,12 +340,15 @@ def test_rerun_with_new_env_resumes_and_keeps_the_secret_private(cluster: Cluste
         ps = cluster.run("exec", cluster.name, "--all", "--", "ps -eo args")
         seen_ps.append(ps.stdout + ps.stderr)
         time.sleep(1)
-    follow = cluster.run("logs", cluster.name, "--job", job_id, "--follow", timeout=900)
+    follow = cluster.run("logs", cluster.name, "--job", job_id, "--follow", timeout=1200)
     log = follow.stdout
-    assert "standin_trainer: resumed from step 4" in log, log
-    assert "standin_trainer: secrets in the environment: WANDB_API_KEY" in log, log
-    assert "dataprep: already done" in log, log
-    assert "standin_trainer: saved global_step_8" in log, log
+    # Verl resumed from the bucket's latest checkpoint and went on to step 8.
+    assert "global_step_4" in log and re.search(r"[Rr]esum", log), log[-4000:]
+    assert re.search(r"step:8 - ", log) and not re.search(r"step:[1-4] - ", log), log[-4000:]
+    # The job received the value itself (its fingerprint), not only the name.
+    fingerprint = "sha256:" + hashlib.sha256(CANARY.encode()).hexdigest()[:12]
+    assert f"job_runner: secret WANDB_API_KEY: {fingerprint}" in log, log
+    assert "dataprep: already done" in log and "make-model: already done" in log, log
     bucket = cluster.home / "buckets" / BUCKET
     assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "8"
     assert json.loads((bucket / "hf_model" / ".rlinfra-merge.json").read_text())["step"] == 8
@@ -340,7 +370,17 @@ def test_rerun_with_new_env_resumes_and_keeps_the_secret_private(cluster: Cluste
         f"grep -rl {CANARY} /opt/rlinfra /tmp/ray/session_latest/logs || true",
     ).stdout
     assert "secrets.env" not in left_on_head and "spec.json" in left_on_head
+    # Nor on any node: their files, Ray's logs and the bucket.
+    on_nodes = cluster.run(
+        "exec",
+        cluster.name,
+        "--all",
+        "--",
+        f"grep -rl {CANARY} /opt/rlinfra /tmp/ray /checkpoints 2>/dev/null || true",
+    )
+    assert CANARY not in on_nodes.stdout and "/" not in on_nodes.stdout.strip(), on_nodes.stdout
     texts = [submitted.stdout, submitted.stderr, log, details, left_on_head, *seen_ps]
+    assert len(seen_ps) == 5
     assert all(CANARY not in text for text in texts)
     found = subprocess.run(
         ["grep", "-rl", CANARY, str(cluster.home)], capture_output=True, text=True
@@ -359,7 +399,10 @@ def _get(url: str, data: bytes | None = None) -> tuple[int, str]:
 
 def _server_pid(cluster: Cluster) -> str:
     out = cluster.run(
-        "exec", cluster.name, "--", "pgrep -f 'rlinfra_node.model_server [s]erve-standin' || true"
+        "exec",
+        cluster.name,
+        "--",
+        "pgrep -f 'rlinfra_node.model_server [s]erve-transformers' || true",
     )
     return out.stdout.strip()
 
@@ -367,12 +410,27 @@ def _server_pid(cluster: Cluster) -> str:
 def test_model_server_is_served_supervised_and_restarted(cluster: Cluster) -> None:
     """The job's last step serves the merged model; a killed server comes back by itself."""
     state = cluster.run("status", cluster.name).stdout
-    assert "service model (standin) on port 9090" in state, state
+    assert "service model (transformers) on port 9090" in state, state
     info = cluster.json("status", cluster.name, "--endpoint", "9090")
     url = str(info["url"])
     assert _get(f"{url}/health")[0] == 200
-    code, body = _get(f"{url}/v1/completions", json.dumps({"prompt": "2+2="}).encode())
-    assert code == 200 and "stand-in model step 8" in body, body  # the resumed run's model
+    code, body = _get(f"{url}/v1/models")
+    assert code == 200 and json.loads(body)["data"][0]["rlinfra_step"] == 8, body
+    prompt = "Natalia sold clips to 48 of her friends"
+    request = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+    code, body = _get(f"{url}/v1/completions", json.dumps(request).encode())
+    assert code == 200, body
+    served = json.loads(body)["choices"][0]["text"]
+    # The same text as transformers' greedy decode of the merged (resumed, step 8) model.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cluster.home / "buckets" / BUCKET / "hf_model"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    ids = tokenizer(prompt, return_tensors="pt")
+    out = model.generate(**ids, do_sample=False, max_new_tokens=8)
+    expected = tokenizer.decode(out[0][ids["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert served == expected, (served, expected)
     first = _server_pid(cluster)
     assert first.isdigit(), first
     cluster.run("exec", cluster.name, "--", f"kill -9 {first}")

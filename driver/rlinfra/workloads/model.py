@@ -22,7 +22,7 @@ from pydantic import Field, field_validator, model_validator
 from rlinfra.strict import StrictModel
 
 WorkloadType = Literal["ppo", "grpo", "search-grpo", "search-inference"]
-Program = Literal["verl", "standin"]
+Program = Literal["verl"]
 Dataset = Literal["gsm8k", "math", "rstar-coder", "search-r1"]
 
 DATASET_SIZES = ("small", "medium", "full")
@@ -168,17 +168,33 @@ class Inference(_Strict):
     max_turns: int = Field(default=2, ge=1, le=32)
 
 
+class RandomModel(_Strict):
+    """A small Qwen2-architecture model with random weights and a byte-level BPE tokenizer
+    trained on the node (`python -m rlinfra_node.tiny_model`): for clusters that reach no model
+    hub. It is made once into ``workload.model`` (a path, usually in the bucket) and reused."""
+
+    hidden: int = Field(default=64, ge=16, le=4096, description="Hidden size (multiple of 16).")
+    layers: int = Field(default=2, ge=1, le=64, description="Decoder layers.")
+    vocab: int = Field(default=512, ge=300, le=65536, description="Tokenizer vocabulary size.")
+    seed: int = Field(default=0, ge=0, description="Seed of the random weights.")
+
+
 class Workload(_Strict):
     """A profile's `workload:` section."""
 
     type: WorkloadType = Field(description="ppo, grpo, search-grpo or search-inference.")
     program: Program = Field(
         default="verl",
-        description="'verl' (python -m verl.trainer.main_ppo, GPU nodes) or 'standin' (a CPU "
-        "program taking the same overrides and writing Verl's checkpoint layout).",
+        description="'verl': python -m verl.trainer.main_ppo; on nodes without GPUs through "
+        "rlinfra's CPU mode (rlinfra_node.verl_cpu, HF rollout, FSDP2 over gloo).",
     )
     config_name: str | None = Field(
         default=None, description="Hydra --config-name (a config that extends ppo_trainer)."
+    )
+    random_model: RandomModel | None = Field(
+        default=None,
+        description="Make workload.model (a path) as a small random-weight model on the node, "
+        "for clusters without a model hub.",
     )
     config_path: str | None = Field(default=None, description="Hydra --config-path (on the node).")
     model: str | None = Field(

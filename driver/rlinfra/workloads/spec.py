@@ -40,9 +40,14 @@ BUILTINS: dict[str, str] = {
 PYTHON = "python3"
 TRAINERS: dict[str, tuple[str, ...]] = {
     "verl": (PYTHON, "-m", "verl.trainer.main_ppo"),
-    "standin": (PYTHON, "-m", "rlinfra_node.standin_trainer"),
 }
+# Verl's own trainer on nodes without GPUs: the same main_ppo, started through rlinfra's CPU mode
+# (rlinfra_node.verl_cpu), which patches Verl 0.6.0 in the driver and in every Ray worker.
+VERL_CPU_TRAINER = (PYTHON, "-m", "rlinfra_node.verl_cpu.main_ppo")
+# Verl worker processes per CPU node in CPU mode (each holds one of the node's Ray slots).
+CPU_WORKERS_PER_NODE = 1
 DATAPREP = (PYTHON, "-m", "rlinfra_node.dataprep")
+TINY_MODEL = (PYTHON, "-m", "rlinfra_node.tiny_model")
 SEARCH_INFER = (PYTHON, "-m", "rlinfra_node.search_infer")
 AFTER_TRAINING = (PYTHON, "-m", "rlinfra_node.after_training")
 SEARCH_TOOL = (PYTHON, "-m", "rlinfra_node.search_tool")
@@ -157,20 +162,29 @@ class _Expander:
         return f" (from --env {', '.join(names)})" if names else ""
 
 
-def _gpu_refusal(plan: Plan, workload: Workload) -> ProfileError | None:
-    if workload.program != "verl" or plan.gpus_per_node > 0:
-        return None
-    why = (
-        "the local cloud has no GPUs"
-        if plan.cloud == "local"
-        else "this profile has no GPUs (resources.accelerators is unset)"
-    )
-    return ProfileError(
-        plan.source,
-        "workload.program",
-        f"program verl runs on GPUs, and {why}",
-        "Use program: standin on CPU clusters, or a profile with accelerators.",
-    )
+def cpu_mode(plan: Plan) -> bool:
+    """Verl's trainer on nodes without GPUs (rlinfra_node.verl_cpu): the job gets CPU mode's
+    overrides and the nodes start Ray with CPU mode's resources."""
+    workload = plan.profile.workload
+    return workload is not None and workload.program == "verl" and plan.gpus_per_node == 0
+
+
+def ray_node_resources(plan: Plan) -> tuple[int | None, dict[str, int]]:
+    """(GPU slots, custom resources) each node's `ray start` declares: what CPU mode's Verl
+    workers ask Ray for; (None, {}) lets Ray detect the node's GPUs."""
+    if not cpu_mode(plan):
+        return None, {}
+    from rlinfra_node.verl_cpu import RAY_NODE_RESOURCES
+
+    slots = CPU_WORKERS_PER_NODE
+    return int(RAY_NODE_RESOURCES["GPU"] * slots), {"cpu": int(RAY_NODE_RESOURCES["cpu"] * slots)}
+
+
+def _cpu_overrides(plan: Plan) -> dict[str, str]:
+    from rlinfra_node.verl_cpu import cpu_overrides
+
+    pairs = (item.partition("=") for item in cpu_overrides(CPU_WORKERS_PER_NODE, plan.num_nodes))
+    return {key: value for key, _, value in pairs}
 
 
 def _variables(plan: Plan, workload: Workload, expand: _Expander) -> None:
@@ -308,6 +322,9 @@ def _overrides(
         "trainer.nnodes": str(plan.num_nodes),
         "trainer.n_gpus_per_node": str(plan.gpus_per_node),
     }
+    if cpu_mode(plan):
+        # CPU mode's settings are the plan's too: a profile may repeat them, not change them.
+        fixed.update(_cpu_overrides(plan))
     for key, wanted in {**derived, **fixed}.items():
         given = out.get(key)
         if given is None:
@@ -384,7 +401,19 @@ def _data_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
             argv += ["--data-files", expand(data.data_files, "workload.data.data_files")]
         steps.append(Step("dataprep", tuple(argv), done_marker=f"{out_dir}/{DATA_DONE_MARKER}"))
     model = expand.variables.get("MODEL")
-    if workload.program == "verl" and model and not model.startswith(("/", ".")):
+    if workload.random_model is not None:
+        if not model or not model.startswith("/"):
+            raise ProfileError(
+                expand.source,
+                "workload.model",
+                f"{model!r} is not a path on the node, and workload.random_model makes a folder",
+                "Give a path, e.g. ${CHECKPOINT_DIR}/models/tiny-qwen2.",
+            )
+        spec = workload.random_model
+        argv = (*TINY_MODEL, "--out", model, "--hidden", str(spec.hidden))
+        argv += ("--layers", str(spec.layers), "--vocab", str(spec.vocab), "--seed", str(spec.seed))
+        steps.append(Step("make-model", argv, done_marker=f"{model}/{DATA_DONE_MARKER}"))
+    elif workload.program == "verl" and model and not model.startswith(("/", ".")):
         steps.append(Step("download-model", (HF_CLI, "download", model)))
     return tuple(steps)
 
@@ -471,9 +500,6 @@ def job_spec(plan: Plan) -> JobSpec:
     workload = profile.workload
     if workload is None:
         raise UsageError(f"{plan.source}: workload: the profile has no workload to run")
-    refusal = _gpu_refusal(plan, workload)
-    if refusal is not None:
-        raise refusal
     if workload.type == "search-inference":
         inference = workload.inference or Inference()
         if inference.search == "google":
@@ -534,7 +560,7 @@ def job_spec(plan: Plan) -> JobSpec:
         entrypoint = _inference_entrypoint(workload, expand, url)
     else:
         overrides = _overrides(plan, workload, expand, config)
-        argv = list(TRAINERS[workload.program])
+        argv = list(VERL_CPU_TRAINER if cpu_mode(plan) else TRAINERS[workload.program])
         if workload.config_path:
             argv.append(f"--config-path={expand(workload.config_path, 'workload.config_path')}")
         if workload.config_name:
