@@ -37,7 +37,7 @@ from rlinfra.deploy import (
     write_record,
 )
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan, make_plan
+from rlinfra.plan import Plan, make_plan, needs_account
 from rlinfra.profile import Overrides, apply_overrides, load_profile
 from rlinfra.render import Host, render, render_inventory
 from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
@@ -51,13 +51,18 @@ class Request:
 
 
 def prepare(
-    request: Request, environ: Mapping[str, str], need_secrets: bool = True
+    request: Request,
+    environ: Mapping[str, str],
+    need_secrets: bool = True,
+    account: str | None = None,
 ) -> tuple[Plan, dict[str, str]]:
     """Load, override, validate and plan. Raises UsageError; touches nothing.
 
     With ``need_secrets`` (``up``, ``run``) every required secret must have a value; without it
     (``validate``, ``render``, ``plan``) the values found are checked but none is required.
-    Either way a ``--secret`` flag must yield a non-empty value.
+    Either way a ``--secret`` flag must yield a non-empty value. ``account``: "lookup" asks the
+    cloud for the account id when a default bucket name needs it ("require": `up`, an error
+    when it cannot be had; "lookup": `plan`/`render`, only where credentials are configured).
     """
     profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
@@ -68,6 +73,14 @@ def prepare(
     secrets = resolve_secrets(
         profile, request.overrides.secrets, environ, source, require=need_secrets
     )
+    if account in ("lookup", "require") and needs_account(profile):
+        cloud = cloud_module(profile.cloud)
+        if account == "require":
+            # What needs no cloud call is refused first.
+            cloud.check_inputs(plan)
+        account_id = cloud.account_id(environ, required=account == "require")
+        if account_id is not None:
+            plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
     return plan, secrets
 
 
