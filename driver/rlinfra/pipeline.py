@@ -572,13 +572,41 @@ def _read_check(folder: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- check
 
 
+# How long `check` waits for each node's answer before calling it unreachable.
+CHECK_REACH_S = 20.0
+
+
+def _is_lost(problem: str) -> bool:
+    """A node problem that stops an all-reduce: unreachable, or not alive in Ray."""
+    text = problem.lower()
+    return any(
+        word in text
+        for word in ("no answer", "did not run", "gave no answer", "ray")
+    )
+
+
 def check(cluster: str) -> dict[str, Any]:
+    from rlinfra import verify
     from rlinfra.runners.ansible import run_playbook
 
     folder, record = require_cluster(cluster)
     _require_ready(cluster, record)
     (folder / "check.json").unlink(missing_ok=True)
     with cluster_lock(folder, "check"):
+        # A node that is unreachable or gone from Ray fails the check at once, by name, instead
+        # of an all-reduce that waits for it.
+        hosts = hosts_from_record(record)
+        with ui.step(f"reach {len(hosts)} node(s) and their Ray"):
+            found = verify.verify_cluster(
+                folder, hosts, str(record.get("ansible_digest") or ""), timeout=CHECK_REACH_S
+            )
+        lost = [p for p in found.problems if _is_lost(p)]
+        if lost:
+            more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+            raise OperationError(
+                f"acceptance check not run: {lost[0]}{more}",
+                f"`rlinfra up {cluster}` heals the cluster; then check again.",
+            )
         run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
     result = _read_check(folder)
     if result is None:
@@ -622,7 +650,17 @@ class DownPlan:
 
 
 def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
+    from rlinfra.errors import ClusterBusyError
+
     folder, record = require_cluster(cluster)
+    holder = lock_holder(folder)
+    if holder is not None and holder["running"]:
+        # Refused before the list of what would be destroyed is shown.
+        raise ClusterBusyError(
+            f"cluster {cluster!r} is busy: `rlinfra {holder['command']}` (pid {holder['pid']}) "
+            "holds its lock",
+            "Wait for it to finish; the lock is released when that command exits.",
+        )
     buckets = list(record.get("buckets") or [])
     cloud = str(record.get("cloud") or "local")
     contents: dict[str, int] = {}

@@ -252,3 +252,34 @@ def test_checkpoint_bucket_name_sets_the_exact_name(cli: Cli, home: Path, bare_e
     # Without credentials the plan shows where the account's suffix goes.
     text = cli("plan", "-p", "h100x1-ppo")
     assert "+ bucket rlinfra-verl-ppo-account" in text.out
+
+
+def test_down_refused_by_a_busy_lock_lists_nothing(cli: Cli, home: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = home / "clusters" / "busy"
+    folder.mkdir(parents=True)
+    record = {"cluster": "busy", "cloud": "local", "stage": "ready", "hosts": []}
+    (folder / "record.json").write_text(json.dumps(record))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from rlinfra.deploy import cluster_lock\n"
+            "with cluster_lock(Path(sys.argv[1]), 'up'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(folder),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = cli("down", "busy", "--yes")
+        assert result.code == 1, result.err
+        assert "is busy: `rlinfra up`" in result.err
+        assert "destroy" not in result.out.lower(), result.out
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
