@@ -19,6 +19,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RLINFRA_HOME", str(folder))
     monkeypatch.delenv("RLINFRA_PROFILE_PATH", raising=False)
     monkeypatch.setenv("RLINFRA_QUIET", "1")
+    # No test asks an instance metadata service for AWS credentials.
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     return folder
 
 

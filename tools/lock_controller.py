@@ -29,7 +29,8 @@ from rlinfra.lock import _pip_config, one_line_per_requirement, pip_find_links  
 
 VERL_CONFIG_PIN = "verl==0.6.0"
 CHECKOV_PIN = "checkov==3.3.30"
-BUILD_BACKEND = "hatchling>=1.24"
+# hatchling builds the editable install (`pip install -e .`) with editables.
+BUILD_BACKEND = ("hatchling>=1.24", "editables")
 
 
 def uv() -> str:
@@ -87,7 +88,7 @@ def main() -> int:
     folder.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rlinfra-lock-") as tmp:
         build = Path(tmp) / "build.in"
-        build.write_text(BUILD_BACKEND + "\n")
+        build.write_text("\n".join(BUILD_BACKEND) + "\n")
         (folder / "controller.lock").write_text(
             compile_lock(
                 ["pyproject.toml", str(build)],

@@ -213,7 +213,7 @@ def render(
     folder = _out_folder(out)
     assert folder is not None
     request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
-    plan, _ = prepare(request, os.environ, need_secrets=False)
+    plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
     report_overrides(plan)
     report_secrets(plan, request.overrides.secrets, os.environ)
     changed = render_to(plan, folder)
@@ -297,7 +297,7 @@ def _plan(
     from rlinfra.secrets import secret_status
 
     request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
-    the_plan, _ = prepare(request, os.environ, need_secrets=False)
+    the_plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
     summary: dict[str, Any] = {
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
@@ -340,6 +340,7 @@ def _plan(
 
 def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None:
     from rlinfra.pipeline import report_overrides
+    from rlinfra.plan import ACCOUNT_PLACEHOLDER, BUCKET_ENV
 
     report_overrides(the_plan)
     ui.out.print(
@@ -358,6 +359,12 @@ def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None
         ui.out.print(f"  + node {node.name} ({node.role}, {what})")
     for bucket in the_plan.storage_buckets:
         ui.out.print(f"  + bucket {bucket} (kept by `down`)")
+        if bucket.endswith(f"-{ACCOUNT_PLACEHOLDER}"):
+            ui.out.print(
+                f"    ('{ACCOUNT_PLACEHOLDER}' stands for 8 hex digits of your {the_plan.cloud} "
+                "account id's SHA-256: configure credentials to see it, or name the bucket with "
+                f"--env {BUCKET_ENV}=NAME)"
+            )
     if the_plan.subnet:
         ui.out.print(f"  subnet {the_plan.subnet}")
     ui.out.print(f"  software: pin set {the_plan.pins.name}: {', '.join(the_plan.pins.packages)}")
@@ -418,7 +425,9 @@ def up(
     from rlinfra.pipeline import up as run_up
 
     the_plan, secrets = prepare(
-        _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr), os.environ
+        _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr),
+        os.environ,
+        account="require",
     )
     if the_plan.profile.workload is not None and not infra_only and not no_run:
         from rlinfra.workloads.spec import job_spec

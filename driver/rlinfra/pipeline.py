@@ -37,7 +37,7 @@ from rlinfra.deploy import (
     write_record,
 )
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan, make_plan
+from rlinfra.plan import Plan, make_plan, needs_account
 from rlinfra.profile import Overrides, apply_overrides, load_profile
 from rlinfra.render import Host, render, render_inventory
 from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
@@ -51,13 +51,18 @@ class Request:
 
 
 def prepare(
-    request: Request, environ: Mapping[str, str], need_secrets: bool = True
+    request: Request,
+    environ: Mapping[str, str],
+    need_secrets: bool = True,
+    account: str | None = None,
 ) -> tuple[Plan, dict[str, str]]:
     """Load, override, validate and plan. Raises UsageError; touches nothing.
 
     With ``need_secrets`` (``up``, ``run``) every required secret must have a value; without it
     (``validate``, ``render``, ``plan``) the values found are checked but none is required.
-    Either way a ``--secret`` flag must yield a non-empty value.
+    Either way a ``--secret`` flag must yield a non-empty value. ``account``: "lookup" asks the
+    cloud for the account id when a default bucket name needs it ("require": `up`, an error
+    when it cannot be had; "lookup": `plan`/`render`, only where credentials are configured).
     """
     profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
@@ -68,6 +73,14 @@ def prepare(
     secrets = resolve_secrets(
         profile, request.overrides.secrets, environ, source, require=need_secrets
     )
+    if account in ("lookup", "require") and needs_account(profile):
+        cloud = cloud_module(profile.cloud)
+        if account == "require":
+            # What needs no cloud call is refused first.
+            cloud.check_inputs(plan)
+        account_id = cloud.account_id(environ, required=account == "require")
+        if account_id is not None:
+            plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
     return plan, secrets
 
 
@@ -559,13 +572,41 @@ def _read_check(folder: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- check
 
 
+# How long `check` waits for each node's answer before calling it unreachable.
+CHECK_REACH_S = 20.0
+
+
+def _is_lost(problem: str) -> bool:
+    """A node problem that stops an all-reduce: unreachable, or not alive in Ray."""
+    text = problem.lower()
+    return any(
+        word in text
+        for word in ("no answer", "did not run", "gave no answer", "ray")
+    )
+
+
 def check(cluster: str) -> dict[str, Any]:
+    from rlinfra import verify
     from rlinfra.runners.ansible import run_playbook
 
     folder, record = require_cluster(cluster)
     _require_ready(cluster, record)
     (folder / "check.json").unlink(missing_ok=True)
     with cluster_lock(folder, "check"):
+        # A node that is unreachable or gone from Ray fails the check at once, by name, instead
+        # of an all-reduce that waits for it.
+        hosts = hosts_from_record(record)
+        with ui.step(f"reach {len(hosts)} node(s) and their Ray"):
+            found = verify.verify_cluster(
+                folder, hosts, str(record.get("ansible_digest") or ""), timeout=CHECK_REACH_S
+            )
+        lost = [p for p in found.problems if _is_lost(p)]
+        if lost:
+            more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+            raise OperationError(
+                f"acceptance check not run: {lost[0]}{more}",
+                f"`rlinfra up {cluster}` heals the cluster; then check again.",
+            )
         run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
     result = _read_check(folder)
     if result is None:
@@ -609,7 +650,17 @@ class DownPlan:
 
 
 def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
+    from rlinfra.errors import ClusterBusyError
+
     folder, record = require_cluster(cluster)
+    holder = lock_holder(folder)
+    if holder is not None and holder["running"]:
+        # Refused before the list of what would be destroyed is shown.
+        raise ClusterBusyError(
+            f"cluster {cluster!r} is busy: `rlinfra {holder['command']}` (pid {holder['pid']}) "
+            "holds its lock",
+            "Wait for it to finish; the lock is released when that command exits.",
+        )
     buckets = list(record.get("buckets") or [])
     cloud = str(record.get("cloud") or "local")
     contents: dict[str, int] = {}

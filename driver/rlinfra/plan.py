@@ -15,7 +15,7 @@ from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import SUPPORTED as SUPPORTED_CLOUDS
 from rlinfra.errors import UsageError
 from rlinfra.pins import PinSet, pin_sets
-from rlinfra.profile import Override, Profile, check_cluster_name
+from rlinfra.profile import BUCKET_NAME_RE, Override, Profile, check_cluster_name
 
 LOCAL_SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")
 
@@ -45,6 +45,8 @@ class Plan:
     secret_names: tuple[str, ...] = field(default_factory=tuple)
     # Cloud machines: the chosen type first, then the other candidates, with prices.
     choices: tuple[Any, ...] = ()
+    # Bucket names, one per storage entry (see bucket_names).
+    buckets: tuple[str, ...] = ()
 
     @property
     def instance_type(self) -> str | None:
@@ -64,7 +66,55 @@ class Plan:
 
     @property
     def storage_buckets(self) -> list[str]:
-        return [item.bucket for item in self.profile.storage]
+        return list(self.buckets)
+
+
+BUCKET_ENV = "CHECKPOINT_BUCKET_NAME"
+# Stands for the account's suffix where the account is not known (a review without credentials).
+ACCOUNT_PLACEHOLDER = "account"
+
+
+def account_suffix(account: str) -> str:
+    """8 hex digits of the account id's SHA-256: unique per account, not the id itself."""
+    return hashlib.sha256(account.encode()).hexdigest()[:8]
+
+
+def bucket_names(profile: Profile, account: str | None) -> tuple[str, ...]:
+    """Each storage entry's bucket: the profile's name, --env CHECKPOINT_BUCKET_NAME for the
+    first entry (the seed's knob), else <prefix>[-<n>]-<account suffix> (prefix: the entry's,
+    default rlinfra-<profile>). Without an
+    account (none needed, or none known yet) the suffix reads ``account``."""
+    names: list[str] = []
+    # Local buckets are folders of this machine: no account to tell apart.
+    suffix = (
+        ""
+        if profile.cloud == "local"
+        else account_suffix(account)
+        if account
+        else ACCOUNT_PLACEHOLDER
+    )
+    exact = profile.env.get(BUCKET_ENV, "").strip()
+    for index, item in enumerate(profile.storage):
+        if index == 0 and exact:
+            names.append(exact)
+        elif item.bucket is not None:
+            names.append(item.bucket)
+        else:
+            part = f"-{index}" if index else ""
+            base = (item.prefix or f"rlinfra-{profile.name}") + part
+            names.append(f"{base[: 62 - len(suffix)]}-{suffix}" if suffix else base[:63])
+    return tuple(names)
+
+
+def needs_account(profile: Profile) -> bool:
+    """Whether a bucket name comes from the account (an unnamed bucket, no exact name given)."""
+    if profile.cloud == "local":
+        return False
+    exact = bool(profile.env.get(BUCKET_ENV, "").strip())
+    return any(
+        item.bucket is None and not (index == 0 and exact)
+        for index, item in enumerate(profile.storage)
+    )
 
 
 def local_subnet(cluster: str) -> str:
@@ -83,8 +133,12 @@ def make_plan(
     cluster: str | None = None,
     overrides: tuple[Override, ...] = (),
     offered: set[str] | None = None,
+    account: str | None = None,
 ) -> Plan:
-    """Decide the deployment. Raises UsageError for combinations the models cannot see."""
+    """Decide the deployment. Raises UsageError for combinations the models cannot see.
+
+    ``account``: the cloud account id, for default bucket names (rlinfra.plan.bucket_names).
+    """
     name = check_cluster_name(cluster or profile.name)
     if profile.cloud not in SUPPORTED_CLOUDS:
         raise UsageError(
@@ -106,6 +160,16 @@ def make_plan(
         )
 
     subnet: str | None = None
+    names = bucket_names(profile, account)
+    if len(set(names)) != len(names):
+        raise UsageError(f"{source}: storage: two entries name the same bucket")
+    for bucket in names:
+        if not BUCKET_NAME_RE.fullmatch(bucket) or ".." in bucket:
+            raise UsageError(
+                f"{source}: storage: {bucket!r} is not a valid bucket name"
+                + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
+                "3-63 characters: lowercase letters, digits, '.', '-'.",
+            )
     if profile.cloud == "local":
         if candidates:
             raise UsageError(
@@ -139,6 +203,7 @@ def make_plan(
         overrides=overrides,
         secret_names=tuple(sorted(profile.secrets)),
         choices=choices,
+        buckets=bucket_names(profile, account),
     )
     if profile.workload is not None:
         # Checked before anything is spent: Verl override keys, GPU needs, variables.

@@ -184,13 +184,31 @@ class Network(_Strict):
 class Storage(_Strict):
     """A bucket, and where nodes see it."""
 
-    bucket: str
+    bucket: str | None = Field(
+        default=None,
+        description="Exact bucket name. Unset: rlinfra-<profile>-<8 hex digits of the account "
+        "id's SHA-256> (unique per account); --env CHECKPOINT_BUCKET_NAME=NAME names the first.",
+    )
+    prefix: str | None = Field(
+        default=None,
+        description="Start of the default name (default rlinfra-<profile>); profiles that share "
+        "a bucket (train, then serve or infer) give the same prefix.",
+    )
     mount_path: str = "/checkpoints"
     mode: Literal["MOUNT", "COPY"] = "MOUNT"
 
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{1,40}", value):
+            raise ValueError(f"prefix {value!r}: 2-41 lowercase letters, digits and '-'")
+        return value
+
     @field_validator("bucket")
     @classmethod
-    def _bucket(cls, value: str) -> str:
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not BUCKET_NAME_RE.fullmatch(value) or ".." in value:
             raise ValueError(
                 f"{value!r} is not a valid bucket name (3-63 characters: lowercase letters, "

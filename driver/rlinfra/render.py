@@ -124,8 +124,8 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "node_env_gpus_per_node": plan.gpus_per_node,
         "node_env_extra": dict(sorted(profile.env.items())),
         "storage_mounts": [
-            {"bucket": item.bucket, "mount_path": item.mount_path, "mode": item.mode}
-            for item in profile.storage
+            {"bucket": name, "mount_path": item.mount_path, "mode": item.mode}
+            for name, item in zip(plan.storage_buckets, profile.storage, strict=True)
         ],
         "ray_cluster_head_port": ray.head_port,
         "ray_cluster_dashboard_port": ray.dashboard_port,

@@ -168,15 +168,17 @@ def verify_node(
     return [f"{host.name}: {problem}" for problem in answer.get("problems", [])]
 
 
-def verify_cluster(folder: Path, hosts: list[Host], digest: str) -> Verification:
-    """Every node checked at once; problems are listed in rank order."""
+def verify_cluster(
+    folder: Path, hosts: list[Host], digest: str, timeout: float = 60
+) -> Verification:
+    """Every node checked at once (each within ``timeout`` s); problems in rank order."""
     variables = yaml.safe_load((folder / "ansible" / "vars.yml").read_text()) or {}
     specs = [node_spec(variables, hosts, host, digest) for host in hosts]
     probe = _probe_source()
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
         found = list(
             pool.map(
-                lambda pair: verify_node(folder, pair[0], pair[1], probe),
+                lambda pair: verify_node(folder, pair[0], pair[1], probe, timeout),
                 zip(hosts, specs, strict=True),
             )
         )

@@ -558,6 +558,12 @@ def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: C
             break
         time.sleep(3)
     assert ray.get("missing_nodes") == [f"{cluster.name}-1"], ray
+    # `check` names the node at once instead of waiting in an all-reduce for it.
+    started = time.monotonic()
+    refused = cluster.run("check", cluster.name, check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert f"acceptance check not run: {cluster.name}-1: no Ray raylet" in refused.stderr
+    assert time.monotonic() - started < 60
     result = cluster.json("up", "--cluster", cluster.name, "--yes", "--no-check", "--no-run")
     assert result["terraform_changed"] is False
     assert result["configured"] == "applied"

@@ -220,3 +220,53 @@ def test_up_refuses_without_ssh_access(aws: Aws) -> None:
     assert result.returncode == 2
     assert "network.allowed_cidrs: empty" in result.stderr
     assert not (Path(aws.env["RLINFRA_HOME"]) / "clusters" / "closed").exists()
+
+
+def test_allow_cidr_and_the_accounts_bucket_name_reach_the_terraform_plan(aws: Aws) -> None:
+    """`--allow-cidr` lands in the security group's SSH rule of the saved plan; the default
+    bucket name carries the (emulated) account's suffix, and CHECKPOINT_BUCKET_NAME overrides it."""
+    import hashlib
+
+    data = yaml.safe_load(write_profile(aws.profiles, "cidr").read_text())
+    data["network"]["allowed_cidrs"] = []
+    path = aws.profiles / "cidr.yaml"
+    path.write_text(yaml.safe_dump(data))
+    flags = ["--allow-cidr", "198.51.100.7/32"]
+    result = json.loads(
+        aws.run("plan", "-p", str(path), "-c", "cidr", *flags, "--terraform", "--json").stdout
+    )
+    account = aws.boto("sts").get_caller_identity()["Account"]  # type: ignore[attr-defined]
+    expected = f"rlinfra-cidr-{hashlib.sha256(account.encode()).hexdigest()[:8]}"
+    assert result["buckets"] == [expected]
+    folder = Path(aws.env["RLINFRA_HOME"]) / "clusters" / "cidr"
+    planned = json.loads((folder / "terraform" / "cluster" / "tfplan.json").read_text())
+    cidrs: list[str] = []
+    for change in planned["resource_changes"]:
+        after = (change.get("change") or {}).get("after") or {}
+        if change["type"] == "aws_vpc_security_group_ingress_rule":
+            cidrs.append(str(after.get("cidr_ipv4")))
+        if change["type"] == "aws_security_group":
+            for rule in after.get("ingress") or []:
+                cidrs += rule.get("cidr_blocks") or []
+    assert "198.51.100.7/32" in cidrs, cidrs
+    storage = json.loads((folder / "terraform" / "storage" / "tfplan.json").read_text())
+    names = [
+        c["change"]["after"]["bucket"]
+        for c in storage["resource_changes"]
+        if c["type"] == "aws_s3_bucket"
+    ]
+    assert names == [expected]
+    exact = json.loads(
+        aws.run(
+            "plan",
+            "-p",
+            str(path),
+            "-c",
+            "cidr",
+            *flags,
+            "--env",
+            "CHECKPOINT_BUCKET_NAME=team-ckpt-exact",
+            "--json",
+        ).stdout
+    )
+    assert exact["buckets"] == ["team-ckpt-exact"]

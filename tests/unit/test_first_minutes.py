@@ -219,3 +219,67 @@ def test_local_cache_under_tmp_is_refused_before_anything(
     result = cli("up", "-p", "local", "--no-run")
     usage_error(result, "is under /tmp")
     assert not home.exists(), files_under(home)
+
+
+def test_default_bucket_names_are_unique_to_the_account() -> None:
+    from rlinfra.plan import bucket_names, make_plan
+    from rlinfra.profile import load_profile
+
+    profile, source = load_profile("h100x2")
+    one = bucket_names(profile, "111111111111")
+    two = bucket_names(profile, "222222222222")
+    assert one != two
+    assert one[0].startswith("rlinfra-h100x2-") and len(one[0]) == len("rlinfra-h100x2-") + 8
+    assert "111111111111" not in one[0]
+    assert make_plan(profile, source, account="111111111111").storage_buckets == list(one)
+    # Profiles that share a bucket (train, then infer) share a prefix, per account.
+    train, _ = load_profile("search-grpo")
+    infer, _ = load_profile("search-infer-local")
+    assert bucket_names(train, "1") == bucket_names(infer, "1") != bucket_names(infer, "2")
+    # Local buckets are this machine's folders: no account suffix.
+    local, _ = load_profile("local")
+    assert bucket_names(local, None) == ("rlinfra-local-checkpoints",)
+
+
+def test_checkpoint_bucket_name_sets_the_exact_name(cli: Cli, home: Path, bare_env: None) -> None:
+    plan = cli(
+        "plan", "-p", "h100x1-ppo", "--env", "CHECKPOINT_BUCKET_NAME=my-team-ckpts", "--json"
+    )
+    assert plan.code == 0, plan.err
+    assert json.loads(plan.out)["buckets"] == ["my-team-ckpts"]
+    bad = cli("plan", "-p", "h100x1-ppo", "--env", "CHECKPOINT_BUCKET_NAME=Bad_Name")
+    usage_error(bad, "'Bad_Name' is not a valid bucket name", "CHECKPOINT_BUCKET_NAME")
+    # Without credentials the plan shows where the account's suffix goes.
+    text = cli("plan", "-p", "h100x1-ppo")
+    assert "+ bucket rlinfra-verl-ppo-account" in text.out
+
+
+def test_down_refused_by_a_busy_lock_lists_nothing(cli: Cli, home: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = home / "clusters" / "busy"
+    folder.mkdir(parents=True)
+    record = {"cluster": "busy", "cloud": "local", "stage": "ready", "hosts": []}
+    (folder / "record.json").write_text(json.dumps(record))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from rlinfra.deploy import cluster_lock\n"
+            "with cluster_lock(Path(sys.argv[1]), 'up'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(folder),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = cli("down", "busy", "--yes")
+        assert result.code == 1, result.err
+        assert "is busy: `rlinfra up`" in result.err
+        assert "destroy" not in result.out.lower(), result.out
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

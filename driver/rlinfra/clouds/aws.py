@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,51 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     }
 
 
-def preflight(plan: Plan) -> None:
-    """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
-    from rlinfra import ui
-    from rlinfra.clouds.aws_preflight import AwsTarget
-    from rlinfra.clouds.aws_preflight import preflight as run
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+)
 
+
+def credentials_configured(environ: Mapping[str, str]) -> bool:
+    """Whether credentials are set up for boto3 without asking an instance's metadata service."""
+    if any(environ.get(name) for name in CREDENTIAL_VARIABLES):
+        return True
+    home = Path(environ.get("HOME") or Path.home())
+    files = [
+        environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials",
+        environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config",
+    ]
+    return any(Path(f).is_file() for f in files)
+
+
+def account_id(environ: Mapping[str, str], required: bool) -> str | None:
+    """The AWS account id (STS GetCallerIdentity), for default bucket names.
+
+    Not ``required`` (`plan`, `render`): asked only where credentials are configured, and a
+    failure leaves the name's suffix unknown (with a warning). ``required`` (`up`): a failure is
+    the preflight's one-line error.
+    """
+    from rlinfra import ui
+    from rlinfra.clouds.aws_preflight import check_credentials
+
+    if not required and not credentials_configured(environ):
+        return None
+    endpoint = environ.get("RLINFRA_AWS_ENDPOINT_URL") or None
+    try:
+        return check_credentials(endpoint_url=endpoint)["account"] or None
+    except UsageError as exc:
+        if required:
+            raise
+        ui.warn(f"default bucket names need the AWS account id: {exc.message}")
+        return None
+
+
+def check_inputs(plan: Plan) -> None:
+    """What `up` needs that the profile and flags alone decide (no cloud call)."""
     if plan.instance_type is None:
         raise UsageError(f"{plan.source}: resources: no instance type was chosen")
     if not plan.profile.network.allowed_cidrs:
@@ -98,6 +138,16 @@ def preflight(plan: Plan) -> None:
             "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
             "network.allowed_cidrs in the profile.",
         )
+
+
+def preflight(plan: Plan) -> None:
+    """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
+    from rlinfra import ui
+    from rlinfra.clouds.aws_preflight import AwsTarget
+    from rlinfra.clouds.aws_preflight import preflight as run
+
+    check_inputs(plan)
+    assert plan.instance_type is not None
     report = run(
         AwsTarget(
             region=region(plan),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,15 @@ def preflight(plan: Plan) -> None:
             "the local cloud needs " + ", ".join(missing),
             "Install them, e.g. `apt-get install -y openssh-server iproute2`.",
         )
+
+
+def check_inputs(plan: Plan) -> None:
+    """Nothing the profile alone decides is left to check here (preflight checks the tools)."""
+
+
+def account_id(environ: Mapping[str, str], required: bool) -> None:
+    """Local buckets are this machine's folders: no account names them."""
+    return None
 
 
 def check_context(plan: Plan, ctx: Context) -> None:
