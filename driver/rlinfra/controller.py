@@ -64,11 +64,12 @@ def stage_uv(cache: Path, uv: str) -> Path:
 
 def _wheelhouse_requirements(pins: PinSet) -> list[str]:
     """pip arguments naming what the wheelhouse holds: the pin set's lock when it is current
-    (the exact versions nodes install with --require-hashes), else its requirements."""
+    (the exact versions nodes install with --require-hashes; the whole closure already, resolved
+    with the pin set's overrides, so --no-deps), else its requirements."""
     from rlinfra.lock import current_lock
 
     lock = current_lock(pins)
-    return ["-r", str(lock)] if lock is not None else list(pins.packages)
+    return ["--no-deps", "-r", str(lock)] if lock is not None else list(pins.packages)
 
 
 def _pins_folder_name(pins: PinSet) -> str:

@@ -2,9 +2,14 @@
 
 The lock is ``uv pip compile --generate-hashes`` run for the pin set's Python version and platform
 with its indexes, one requirement per line (hashes inline), under a header that records a digest
-of the pin set. Nodes install it with ``uv pip install --require-hashes`` (the python_env role),
-but only while the digest still matches the pin set: a pin set edited after locking falls back to
-its plain requirements rather than installing a stale lock.
+of the pin set. Nodes install it with ``uv pip install --require-hashes --no-deps`` (the
+python_env role), but only while the digest still matches the pin set: a pin set edited after
+locking falls back to its plain requirements rather than installing a stale lock.
+
+A pin set's ``overrides`` (uv ``--override``) replace what its packages declare for the same name
+(verl 0.6.0's ``numpy<2``). The lock is resolved with them, so it is the whole closure already:
+nodes install it with ``--no-deps`` (uv would otherwise check the locked versions against the
+packages' own declarations again, and it refuses non-``==`` overrides under ``--require-hashes``).
 
 Wheels that only pip's configuration knows about (its ``find-links`` folders) are offered to uv as
 ``--find-links``, discovered at run time; their paths never go into the lock file.
@@ -38,6 +43,7 @@ def pin_digest(pins: PinSet) -> str:
         f"index_url={pins.index_url or ''}",
         *[f"extra_index_url={url}" for url in pins.extra_index_urls],
         *[f"package={pkg}" for pkg in pins.packages],
+        *[f"override={req}" for req in pins.overrides],
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
@@ -84,8 +90,10 @@ def compile_argv(
     requirements: Path,
     output: Path,
     find_links: Sequence[str] = (),
+    overrides: Path | None = None,
 ) -> list[str]:
-    """The ``uv pip compile`` command for a pin set."""
+    """The ``uv pip compile`` command for a pin set (``overrides``: the file holding its
+    ``overrides``, required when it has any)."""
     argv = [
         uv,
         "pip",
@@ -110,6 +118,10 @@ def compile_argv(
         argv += ["--extra-index-url", url]
     for folder in find_links:
         argv += ["--find-links", folder]
+    if pins.overrides:
+        if overrides is None:
+            raise ValueError(f"pin set {pins.name} has overrides: pass the file that holds them")
+        argv += ["--override", str(overrides)]
     return argv
 
 
@@ -144,6 +156,8 @@ def render_lock(pins: PinSet, compiled: str) -> str:
         f"# python {lock_python_version(pins)}, platform {pins.platform or 'of the controller'}, "
         f"torch backend {pins.torch_backend or 'none'}\n"
     )
+    if pins.overrides:
+        header += f"# resolved with overrides (uv --override): {', '.join(pins.overrides)}\n"
     header += f"{DIGEST_PREFIX}{pin_digest(pins)}\n"
     return header + "\n".join(lines) + "\n"
 
@@ -205,8 +219,10 @@ def lock(
     with tempfile.TemporaryDirectory(prefix="rlinfra-lock-") as tmp:
         requirements = Path(tmp) / "requirements.in"
         requirements.write_text("\n".join(pins.packages) + "\n")
+        overrides = Path(tmp) / "overrides.txt"
+        overrides.write_text("".join(f"{req}\n" for req in pins.overrides))
         compiled = Path(tmp) / "compiled.txt"
-        argv = compile_argv(uv, pins, requirements, compiled, find_links)
+        argv = compile_argv(uv, pins, requirements, compiled, find_links, overrides)
         env.update(UV_NO_CONFIG="1", UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
         result = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
         if result.returncode != 0:

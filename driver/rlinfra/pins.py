@@ -25,6 +25,10 @@ class PinSet:
     torch_backend: str | None = None
     # Target platform for `rlinfra lock` (uv --python-platform); None: the controller's own.
     platform: str | None = None
+    # Requirements that replace whatever any package declares for the same name (uv --override),
+    # for a dependency's pin known to be wrong: verl 0.6.0 declares numpy<2, pyarrow wants 2.
+    # Honoured by `rlinfra lock` and by the python_env role when it installs plain packages.
+    overrides: tuple[str, ...] = ()
 
     @property
     def lock_file(self) -> Path:
@@ -47,5 +51,6 @@ def pin_sets() -> dict[str, PinSet]:
             extra_index_urls=tuple(body.get("extra_index_urls") or ()),
             torch_backend=body.get("torch_backend"),
             platform=body.get("platform"),
+            overrides=tuple(body.get("overrides") or ()),
         )
     return out

@@ -112,6 +112,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "python_env_lock_src": (
             str(ctx.deployment_dir / LOCK_FILE) if current_lock(pins) is not None else ""
         ),
+        "python_env_overrides": list(pins.overrides),
         "python_env_cache_dir": "",
         "python_env_pycache_prefix": "",
         "python_env_check_imports": dict(pins.imports),

@@ -255,3 +255,14 @@ def test_node_check_script_refuses_unknown_arguments(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "Usage: python check_requirements.py REQUIREMENTS_FILE" in done.stderr
+
+
+def test_overrides_reach_the_compile_command_and_the_digest() -> None:
+    pins = pin_sets()["cpu-sandbox"]
+    assert "numpy>=2" in pins.overrides  # over verl 0.6.0's numpy<2
+    argv = compile_argv("uv", pins, Path("req.in"), Path("out.txt"), overrides=Path("o.txt"))
+    assert argv[argv.index("--override") + 1] == "o.txt"
+    with pytest.raises(ValueError, match="overrides"):
+        compile_argv("uv", pins, Path("req.in"), Path("out.txt"))
+    assert pin_digest(dataclasses.replace(pins, overrides=())) != pin_digest(pins)
+    assert "--override" not in compile_argv("uv", pin_sets()["verl-cu126"], Path("r"), Path("o"))

@@ -1,0 +1,55 @@
+"""Run Verl 0.6.0's ``main_ppo`` in CPU mode: ``python -m rlinfra_node.verl_cpu.main_ppo [overrides]``.
+
+The overrides are Hydra's, as for ``python -m verl.trainer.main_ppo``; give the CPU ones too
+(``rlinfra_node.verl_cpu.cpu_overrides``). This process applies the patches itself, then adds
+``++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=<SETUP_HOOK>``: Verl's ``run_ppo``
+passes that runtime env to ``ray.init`` (merged by Ray with a submitted job's own), so the
+TaskRunner and every worker process import the hook and patch themselves before they load Verl's
+worker classes. Workers must be able to import ``rlinfra_node``: a job's ``working_dir``, or the
+``PYTHONPATH`` a local Ray inherits from this process.
+
+Exit codes: Verl's; 2 when the installed Verl is not the supported release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from rlinfra_node.verl_cpu import SETUP_HOOK, UnsupportedVerl
+
+HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
+# Set by Ray in a submitted job's entrypoint: the job's config, runtime env included.
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def hook_override(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
+    """The override that hands Ray the setup hook, unless the job or the command line has one."""
+    job = json.loads(environ.get(RAY_JOB_CONFIG_ENV, "{}") or "{}")
+    if (job.get("runtime_env") or {}).get("worker_process_setup_hook"):
+        return []
+    if any(arg.lstrip("+").startswith(f"{HOOK_KEY}=") for arg in argv):
+        return []
+    return [f"++{HOOK_KEY}={SETUP_HOOK}"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        from rlinfra_node.verl_cpu.patches import apply_patches
+
+        apply_patches()
+    except UnsupportedVerl as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return 2
+    from verl.trainer import main_ppo
+
+    sys.argv = [sys.argv[0], *args, *hook_override(args, dict(os.environ))]
+    main_ppo.main()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""The CPU-mode patches to Verl 0.6.0, applied in the running process (see the package docstring
+for what each addresses). ``apply_patches`` is idempotent and runs in the launcher's process and,
+through Ray's ``worker_process_setup_hook``, in the TaskRunner and every worker.
+
+Patches replace module attributes. A Verl module that imported a patched function by name before
+the patch holds the original, so each replacement is also made in every loaded ``verl`` module
+that holds it (the hook runs before a worker unpickles its actor class, so usually there is none).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rlinfra_node.verl_cpu import check_verl_version, installed_verl_version
+
+ROLLOUT_KEY = ("hf", "sync")
+ROLLOUT_CLASS = "rlinfra_node.verl_cpu.rollout.HFSyncRollout"
+_applied = False
+
+
+def _replace_everywhere(module: Any, name: str, replacement: Callable[..., Any]) -> None:
+    """Set ``module.name`` and every loaded verl module's reference to the same original."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    for mod_name, mod in list(sys.modules.items()):
+        if mod_name.startswith("verl.") and getattr(mod, name, None) is original:
+            setattr(mod, name, replacement)
+
+
+def _patch_backend() -> None:
+    """gloo where Verl asks for an NCCL-like backend on a CPU-only node."""
+    import verl.utils.device as device
+
+    if device.is_cuda_available or device.is_npu_available:
+        return
+    _replace_everywhere(device, "get_nccl_backend", lambda: "gloo")
+
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        backend = kwargs.get("backend")
+        if isinstance(backend, str) and "," in backend:
+            backends = {part.split(":")[-1] for part in backend.split(",")}
+            if backends == {"gloo"}:
+                kwargs["backend"] = "gloo"
+        return original(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+
+
+def _patch_attention() -> None:
+    """sdpa wherever a model is asked for flash_attention_2 (flash_attn is a CUDA package)."""
+    from transformers import PreTrainedModel
+
+    original = PreTrainedModel._check_and_adjust_attn_implementation
+
+    @functools.wraps(original)
+    def check_and_adjust(self: Any, attn_implementation: str | None, *args: Any, **kwargs: Any):
+        if attn_implementation is not None and attn_implementation.startswith("flash_attention"):
+            attn_implementation = "sdpa"
+        return original(self, attn_implementation, *args, **kwargs)
+
+    PreTrainedModel._check_and_adjust_attn_implementation = check_and_adjust
+
+
+def _total_and_free_memory() -> tuple[int, int]:
+    """(free, total) bytes of this machine's memory, as ``torch.cuda.mem_get_info`` answers."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+def _patch_torch_cpu() -> None:
+    """The ``torch.cuda`` functions Verl calls on ``get_torch_device()``, for ``torch.cpu``."""
+    shims: dict[str, Callable[..., Any]] = {
+        "get_rng_state": lambda device=None: torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device=None: torch.set_rng_state(new_state),
+        "manual_seed": lambda seed: torch.manual_seed(seed),
+        "manual_seed_all": lambda seed: torch.manual_seed(seed),
+        # No caching allocator and no per-device statistics on CPU.
+        "empty_cache": lambda: None,
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
+        "memory_reserved": lambda device=None: 0,
+        "max_memory_reserved": lambda device=None: 0,
+        "reset_peak_memory_stats": lambda device=None: None,
+        "set_per_process_memory_fraction": lambda fraction, device=None: None,
+        "mem_get_info": lambda device=None: _total_and_free_memory(),
+        "get_device_name": lambda device=None: "cpu",
+    }
+    for name, shim in shims.items():
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, shim)
+
+
+def _patch_rollout() -> None:
+    """Register the ("hf", "sync") rollout Verl 0.6.0 lacks."""
+    from verl.workers.rollout import base
+
+    base._ROLLOUT_REGISTRY[ROLLOUT_KEY] = ROLLOUT_CLASS
+
+
+def reduce_timing(
+    timing_raw: dict[str, float], reduce_op: Any = dist.ReduceOp.AVG
+) -> dict[str, float]:
+    """Verl's ``reduce_timing`` for gloo: AVG as a SUM divided by the world size."""
+    if not dist.is_initialized():
+        return timing_raw
+    keys = sorted(timing_raw)
+    values = torch.tensor([timing_raw[key] for key in keys], dtype=torch.float32)
+    average = reduce_op == dist.ReduceOp.AVG
+    dist.all_reduce(values, op=dist.ReduceOp.SUM if average else reduce_op)
+    if average:
+        values /= dist.get_world_size()
+    return dict(zip(keys, values.tolist(), strict=True))
+
+
+def topk_reduce_ratio_min_max(timing: float, k: int = 10) -> tuple[float, float, float]:
+    """Verl's ``topk_reduce_ratio_min_max`` with same-shaped (1-element) tensors for gloo."""
+    if not dist.is_initialized():
+        return -1.0, -1.0, -1.0
+    mine = torch.tensor([timing], dtype=torch.float32)
+    gathered = [torch.zeros(1, dtype=torch.float32) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    stack = torch.cat(gathered)
+    threshold = torch.quantile(stack, 1 - k / 100)
+    tail_ratio = (stack > threshold).float().mean().item()
+    return tail_ratio, stack.min().item(), stack.max().item()
+
+
+def _patch_timing() -> None:
+    import verl.utils.profiler.performance as performance
+
+    _replace_everywhere(performance, "reduce_timing", reduce_timing)
+    _replace_everywhere(performance, "topk_reduce_ratio_min_max", topk_reduce_ratio_min_max)
+
+
+PATCHES: tuple[Callable[[], None], ...] = (
+    _patch_torch_cpu,
+    _patch_backend,
+    _patch_attention,
+    _patch_rollout,
+    _patch_timing,
+)
+
+
+def apply_patches() -> None:
+    """Check that Verl is 0.6.0, then apply every patch once in this process."""
+    global _applied
+    if _applied:
+        return
+    check_verl_version(installed_verl_version())
+    for patch in PATCHES:
+        patch()
+    _applied = True
