@@ -647,6 +647,16 @@ def status(
         )
     for job in state.get("jobs") or []:
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
+    progress = state.get("progress")
+    if progress:
+        def shown(value: Any) -> str:
+            return "none" if value is None else str(value)
+
+        ui.out.print(
+            f"  training: latest job at step {shown(progress['job_step'])}; last checkpoint "
+            f"step {shown(progress['checkpoint_step'])}; served model from step "
+            f"{shown(progress['served_step'])}"
+        )
     if state.get("jobs_error"):
         ui.out.print(f"  jobs: not readable ({state['jobs_error']})")
 

@@ -756,6 +756,50 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
                 out["jobs"] = jobs.list_jobs(record["cluster"])
             except (OperationError, subprocess.TimeoutExpired) as exc:
                 out["jobs_error"] = str(exc)
+            out["progress"] = training_progress(folder, hosts[0], out.get("jobs") or [])
+    return out
+
+
+def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latest job's last Verl step (from its log), the last checkpoint in the bucket and the
+    served model's step (rlinfra_node.progress on the head)."""
+    import re
+    import shlex
+
+    import rlinfra_node.progress as probe
+
+    from rlinfra import jobs
+    from rlinfra.runners import ssh
+
+    try:
+        spec = json.loads((folder / "job.json").read_text())
+    except (OSError, ValueError):
+        spec = {}
+    port = next(
+        (s["port"] for s in (read_record(folder) or {}).get("services") or [] if s["name"] == "model"),
+        0,
+    )
+    out: dict[str, Any] = {"job_step": None, "checkpoint_step": None, "served_step": None}
+    if job_list:
+        latest = str(job_list[-1]["submission_id"])
+        try:
+            steps = re.findall(r"(?m)\bstep:(\d+) - ", jobs.job_logs(folder.name, latest))
+            out["job_step"] = int(steps[-1]) if steps else None
+            out["job"] = latest
+        except (OperationError, subprocess.TimeoutExpired):
+            pass
+    command = shlex.join(
+        ["/opt/rlinfra/venv/bin/python", "-I", "-", str(spec.get("checkpoint_dir") or ""), str(port)]
+    )
+    try:
+        result = ssh.run(
+            folder, head, command, capture=True, timeout=30, stdin=Path(probe.__file__).read_bytes()
+        )
+        if result.returncode == 0:
+            found = json.loads(result.stdout.strip().splitlines()[-1])
+            out.update({k: found.get(k) for k in ("checkpoint_step", "served_step")})
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        pass
     return out
 
 

@@ -1,7 +1,7 @@
 """After training: merge the latest FSDP checkpoint into a Hugging Face model (and push it).
 
     python -m rlinfra_node.after_training --checkpoint-dir DIR --target DIR
-        [--program verl|standin] [--tie-word-embedding] [--hf-upload-path REPO]
+        [--program verl] [--tie-word-embedding] [--hf-upload-path REPO]
 
 Reads ``DIR/latest_checkpointed_iteration.txt`` (Verl writes the last saved step there), then runs
 Verl's model merger on that step's actor::
@@ -14,8 +14,8 @@ in the environment, where the merger's Hub client reads it, never on a command l
 ``--tie-word-embedding`` is only for models that tie input and output embeddings (Qwen2.5-0.5B
 does, Qwen2.5-7B does not).
 
-``--program standin`` runs ``python -m rlinfra_node.standin_merge`` with the same arguments: the
-CPU stand-in for the merger on clusters without GPUs.
+The merger runs on CPU as well (it only reads and writes weights), so GPU and CPU clusters
+merge the same way.
 
 Re-runs converge: ``TARGET/.rlinfra-merge.json`` records what was merged (step, source, options,
 upload); when it says the same merge is done, nothing runs. A target folder that holds files but
@@ -39,8 +39,6 @@ from typing import Any
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 MARKER = ".rlinfra-merge.json"
 VERL_MODULE = "verl.model_merger"
-STANDIN_MODULE = "rlinfra_node.standin_merge"
-PROGRAMS = ("verl", "standin")
 TOKEN_ENV = "HF_TOKEN"
 
 
@@ -89,7 +87,6 @@ def upload_path(repo: str | None, env: Mapping[str, str]) -> str | None:
 
 
 def merge_argv(
-    program: str,
     actor: Path,
     target: Path,
     *,
@@ -97,13 +94,10 @@ def merge_argv(
     hf_upload_path: str | None = None,
     backend: str = "fsdp",
     python: str = sys.executable,
-    standin_module: str = STANDIN_MODULE,
+    merger_module: str = VERL_MODULE,
 ) -> list[str]:
     """The merger's command line. ``hf_upload_path`` is the effective one (see upload_path)."""
-    if program not in PROGRAMS:
-        raise AfterTrainingError(f"--program: {program!r} is not one of {', '.join(PROGRAMS)}", 2)
-    module = VERL_MODULE if program == "verl" else standin_module
-    argv = [python, "-m", module, "merge", "--backend", backend]
+    argv = [python, "-m", merger_module, "merge", "--backend", backend]
     if tie_word_embedding:
         argv.append("--tie-word-embedding")
     argv += ["--local_dir", str(actor), "--target_dir", str(target)]
@@ -113,7 +107,6 @@ def merge_argv(
 
 
 def wanted_record(
-    program: str,
     step: int,
     actor: Path,
     *,
@@ -122,7 +115,7 @@ def wanted_record(
     hf_upload_path: str | None,
 ) -> dict[str, Any]:
     return {
-        "program": program,
+        "program": "verl",
         "backend": backend,
         "step": step,
         "actor_dir": str(actor),
@@ -191,13 +184,12 @@ def after_training(
     checkpoint_dir: Path,
     target: Path,
     *,
-    program: str = "verl",
     tie_word_embedding: bool = False,
     hf_upload_path: str | None = None,
     backend: str = "fsdp",
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
-    standin_module: str = STANDIN_MODULE,
+    merger_module: str = VERL_MODULE,
     run: Runner = _run,
     log: Callable[[str], None] = print,
 ) -> bool:
@@ -209,7 +201,6 @@ def after_training(
     if hf_upload_path and upload is None:
         log(f"after_training: {TOKEN_ENV} is not set: not uploading to {hf_upload_path}")
     wanted = wanted_record(
-        program,
         step,
         actor,
         backend=backend,
@@ -220,14 +211,13 @@ def after_training(
         log(f"after_training: {target} already holds the merge of step {step}; nothing to do")
         return False
     argv = merge_argv(
-        program,
         actor,
         target,
         tie_word_embedding=tie_word_embedding,
         hf_upload_path=upload,
         backend=backend,
         python=python,
-        standin_module=standin_module,
+        merger_module=merger_module,
     )
     _prepare_target(target, checkpoint_dir)
     _write_record(target, {**wanted, "state": "merging"})
@@ -250,7 +240,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--checkpoint-dir", required=True, type=Path)
     parser.add_argument("--target", required=True, type=Path)
-    parser.add_argument("--program", choices=PROGRAMS, default="verl")
+    # Verl's merger is the only one (on GPU and CPU clusters alike); the flag stays for jobs
+    # rendered with it.
+    parser.add_argument("--program", choices=("verl",), default="verl")
     parser.add_argument("--backend", choices=("fsdp", "megatron"), default="fsdp")
     parser.add_argument("--tie-word-embedding", action="store_true")
     parser.add_argument(
@@ -266,7 +258,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         after_training(
             args.checkpoint_dir,
             args.target,
-            program=args.program,
             tie_word_embedding=args.tie_word_embedding,
             hf_upload_path=args.hf_upload_path,
             backend=args.backend,

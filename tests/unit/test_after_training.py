@@ -1,9 +1,9 @@
 """rlinfra_node.after_training: latest-step detection, the merger's argv, HF_TOKEN, re-runs.
 
-Verl's real merger needs torch and a real FSDP checkpoint, neither of which is here, and the CPU
-stand-in module (rlinfra_node.standin_merge) does not exist yet; so the end-to-end tests run a
-small fake merger written by the test (same command line as ``verl.model_merger merge``) as a
-real subprocess. It records its argv and whether it saw HF_TOKEN in its environment.
+Verl's real merger runs in tests/verl and in the end-to-end job on real checkpoints; these tests
+check the wrapper's decisions with a small fake merger written by the test (same command line as
+``verl.model_merger merge``) run as a real subprocess. It records its argv and whether it saw
+HF_TOKEN in its environment.
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ def merge(ckpt: Path, target: Path, **kwargs: object) -> bool:
     return at.after_training(
         ckpt,
         target,
-        program="standin",
-        standin_module="fake_merger",
+        merger_module="fake_merger",
         log=lambda _: None,
         **kwargs,  # type: ignore[arg-type]
     )
@@ -122,7 +121,7 @@ def test_actor_folder_of_the_named_step_must_exist(tmp_path: Path) -> None:
 
 
 def test_verl_argv_matches_verls_merger_flags() -> None:
-    argv = at.merge_argv("verl", Path("/ck/global_step_7/actor"), Path("/ck/hf_model"), python="py")
+    argv = at.merge_argv(Path("/ck/global_step_7/actor"), Path("/ck/hf_model"), python="py")
     assert argv == [
         "py",
         "-m",
@@ -136,7 +135,6 @@ def test_verl_argv_matches_verls_merger_flags() -> None:
         "/ck/hf_model",
     ]
     tied = at.merge_argv(
-        "verl",
         Path("/a"),
         Path("/t"),
         tie_word_embedding=True,
@@ -167,21 +165,18 @@ def test_verl_flag_names_exist_in_the_installed_merger() -> None:
     source = (
         Path(next(iter(spec.submodule_search_locations))) / "model_merger" / "base_model_merger.py"
     ).read_text()
-    argv = at.merge_argv(
-        "verl", Path("/a"), Path("/t"), tie_word_embedding=True, hf_upload_path="u/m"
+    argv = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, hf_upload_path="u/m"
     )
     for flag in (a for a in argv if a.startswith("--")):
         assert f'"{flag}"' in source, flag
     assert '"merge"' in source
 
 
-def test_standin_argv_is_the_same_command_on_the_standin_module() -> None:
-    verl = at.merge_argv("verl", Path("/a"), Path("/t"), tie_word_embedding=True, python="py")
-    standin = at.merge_argv("standin", Path("/a"), Path("/t"), tie_word_embedding=True, python="py")
-    assert standin[:3] == ["py", "-m", "rlinfra_node.standin_merge"]
-    assert standin[3:] == verl[3:]
-    with pytest.raises(at.AfterTrainingError, match="--program: 'megatron'"):
-        at.merge_argv("megatron", Path("/a"), Path("/t"))
+def test_the_merger_module_is_verls_unless_a_test_gives_another() -> None:
+    verl = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, python="py")
+    other = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, python="py", merger_module="m")
+    assert verl[:3] == ["py", "-m", "verl.model_merger"]
+    assert other[:3] == ["py", "-m", "m"] and other[3:] == verl[3:]
 
 
 @pytest.mark.parametrize(
@@ -327,8 +322,8 @@ def test_cli_with_a_missing_actor_folder_fails(tmp_path: Path) -> None:
 
 
 def test_cli_runs_the_verl_merger_and_reports_its_failure(tmp_path: Path) -> None:
-    """With --program verl the real `python -m verl.model_merger` is started; here it cannot
-    run (no torch), so the step must fail with the merger's exit code, never pass silently."""
+    """The real `python -m verl.model_merger` is started; here it cannot run on fake
+    checkpoints, so the step must fail with the merger's exit code, never pass silently."""
     checkpoints(tmp_path, [1], latest=1)
     done = run_cli("--checkpoint-dir", str(tmp_path), "--target", str(tmp_path / "hf"))
     assert done.returncode == 1

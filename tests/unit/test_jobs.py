@@ -16,7 +16,7 @@ from rlinfra.jobs import bundle, submission_id
 from rlinfra.plan import make_plan
 from rlinfra.profile import load_profile
 from rlinfra.workloads.spec import job_spec
-from rlinfra_node import job_runner, standin_merge, standin_trainer
+from rlinfra_node import job_runner
 
 CANARY = "canary-secret-3b9d1f0e"
 
@@ -26,13 +26,13 @@ def local_spec():  # type: ignore[no-untyped-def]
     return job_spec(make_plan(profile, source))
 
 
-def test_local_profile_runs_the_standin_with_rlinfra_owned_overrides() -> None:
+def test_local_profile_runs_verl_in_cpu_mode_with_rlinfra_owned_overrides() -> None:
     spec = local_spec()
-    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.standin_trainer")
+    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.verl_cpu.main_ppo")
     assert "trainer.default_local_dir=/checkpoints" in spec.entrypoint
     assert "trainer.resume_mode=auto" in spec.entrypoint
     assert "trainer.nnodes=2" in spec.entrypoint
-    assert [s.name for s in spec.data_steps] == ["dataprep"]
+    assert [s.name for s in spec.data_steps] == ["dataprep", "make-model"]
     assert [s.name for s in spec.after_steps] == ["merge", "serve"]
 
 
@@ -57,7 +57,7 @@ def test_bundle_carries_spec_package_and_private_secrets(tmp_path: Path) -> None
     assert members["secrets.env"].mode == 0o600
     assert secrets_text == f"WANDB_API_KEY={CANARY}\n"
     assert CANARY not in spec_text
-    assert json.loads(spec_text)["entrypoint"][2] == "rlinfra_node.standin_trainer"
+    assert json.loads(spec_text)["entrypoint"][2] == "rlinfra_node.verl_cpu.main_ppo"
 
 
 def test_bundle_without_secrets_has_no_secrets_file(tmp_path: Path) -> None:
@@ -126,48 +126,6 @@ def test_runner_stops_at_the_first_failing_step(tmp_path: Path) -> None:
     assert job_runner.run_job(_spec(tmp_path), {}, run, lines.append) == 3
     assert ran[-1] == ["train", "a=1"]
     assert "job_runner: train failed with exit code 3" in lines[-1]
-
-
-def test_standin_parses_hydra_overrides() -> None:
-    parsed = standin_trainer.parse_overrides(
-        ["--config-name=x", "trainer.save_freq=2", "+trainer.extra=a=b", "flag"]
-    )
-    assert parsed == {"trainer.save_freq": "2", "trainer.extra": "a=b"}
-
-
-def test_standin_checkpoint_layout_and_merge(tmp_path: Path) -> None:
-    import torch
-
-    assert standin_trainer.latest_step(tmp_path) == 0
-    standin_trainer.save_checkpoint(
-        tmp_path, 4, {"weight": torch.ones(standin_trainer.FEATURES)}, {"step": 4}
-    )
-    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "4\n"
-    assert standin_trainer.latest_step(tmp_path) == 4
-    actor = tmp_path / "global_step_4" / "actor"
-    assert (actor / "huggingface" / "config.json").is_file()
-    target = tmp_path / "hf_model"
-    argv = ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(target)]
-    assert standin_merge.main(argv) == 0
-    state = torch.load(target / "model.pt", weights_only=True)
-    assert torch.equal(state["weight"], torch.ones(standin_trainer.FEATURES))
-    assert json.loads((target / "config.json").read_text())["merged_from"] == str(actor)
-    assert standin_merge.main([*argv, "--hf_upload_path", "me/model"]) == 1
-
-
-def test_standin_counts_verl_rows_and_refuses_others(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    good = tmp_path / "train.parquet"
-    pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "q"}]] * 3}), good)
-    assert standin_trainer.count_rows(good) == 3
-    other = tmp_path / "other.parquet"
-    pq.write_table(pa.table({"text": ["a"]}), other)
-    with pytest.raises(SystemExit, match="no 'prompt' column"):
-        standin_trainer.count_rows(other)
-    with pytest.raises(SystemExit, match="no such file"):
-        standin_trainer.count_rows(tmp_path / "missing.parquet")
 
 
 def test_runner_runs_python_steps_with_its_own_interpreter() -> None:

@@ -154,25 +154,21 @@ def test_env_driven_keys_are_checked_too() -> None:
         make_plan(profile, "k.yaml", overrides=tuple(changes))
 
 
-def test_gpu_workload_on_a_profile_without_gpus_is_refused() -> None:
+def test_verl_on_nodes_without_gpus_runs_in_cpu_mode() -> None:
+    """No GPU: the same main_ppo, through rlinfra's CPU mode, with its overrides in the job."""
     data = profile_data("h100x1-ppo")
     data.pop("resources")
     data["resources"] = {"cpus": 32, "memory_gb": 128}
-    with pytest.raises(ProfileError) as err:
+    data["workload"]["overrides"]["trainer.logger"] = ["console"]
+    data["workload"]["overrides"]["actor_rollout_ref.rollout.name"] = "hf"
+    spec = job_spec(make_plan(profile_from_data(data, "c.yaml", "c"), "c.yaml"))
+    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.verl_cpu.main_ppo")
+    for item in ("trainer.device=cpu", "trainer.n_gpus_per_node=1", "critic.strategy=fsdp2"):
+        assert item in spec.overrides, item
+    # A setting CPU mode owns may be repeated, not changed.
+    data["workload"]["overrides"]["actor_rollout_ref.rollout.name"] = "vllm"
+    with pytest.raises(ProfileError, match="rollout.name.*rlinfra sets it to 'hf'"):
         make_plan(profile_from_data(data, "c.yaml", "c"), "c.yaml")
-    assert err.value.field == "workload.program"
-    assert "program verl runs on GPUs" in err.value.message
-    assert "resources.accelerators is unset" in err.value.message
-    assert "program: standin" in (err.value.hint or "")
-    local = {
-        "cloud": "local",
-        "storage": [{"bucket": "rlinfra-local-checkpoints"}],
-        "workload": {"type": "ppo", "model": "m", "data": {"dataset": "gsm8k"}},
-    }
-    with pytest.raises(
-        ProfileError, match="program verl runs on GPUs, and the local cloud has no GPUs"
-    ):
-        make_plan(profile_from_data(local, "l.yaml", "l"), "l.yaml")
 
 
 def test_model_sizes() -> None:

@@ -401,7 +401,7 @@ def test_tie_word_embedding_refused_for_an_untied_model() -> None:
         make_plan(profile_from_data(data, "t.yaml", "t"), "t.yaml")
 
 
-def test_standin_on_the_local_cloud_uses_the_same_overrides() -> None:
+def test_verl_on_the_local_cloud_runs_in_cpu_mode_with_the_same_overrides() -> None:
     data = {
         "cloud": "local",
         "resources": {"num_nodes": 2},
@@ -409,8 +409,8 @@ def test_standin_on_the_local_cloud_uses_the_same_overrides() -> None:
         "storage": [{"bucket": "rlinfra-local-checkpoints", "mount_path": "/checkpoints"}],
         "workload": {
             "type": "ppo",
-            "program": "standin",
-            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "model": "${CHECKPOINT_DIR}/models/tiny",
+            "random_model": {"hidden": 32},
             "data": {"dataset": "gsm8k", "source": "/data/gsm8k"},
             "overrides": {
                 "data.train_files": "${DATA_DIR}/train.parquet",
@@ -422,23 +422,59 @@ def test_standin_on_the_local_cloud_uses_the_same_overrides() -> None:
     }
     plan = make_plan(profile_from_data(data, "l.yaml", "l"), "l.yaml")
     spec = job_spec(plan)
-    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.standin_trainer")
+    assert spec.entrypoint[:3] == ("python3", "-m", "rlinfra_node.verl_cpu.main_ppo")
     for item in (
         "data.train_files=/checkpoints/data/gsm8k/train.parquet",
         "trainer.total_epochs=2",
         "trainer.nnodes=2",
-        "trainer.n_gpus_per_node=0",
+        "trainer.n_gpus_per_node=1",
+        "trainer.device=cpu",
+        "actor_rollout_ref.rollout.name=hf",
         "trainer.resume_mode=auto",
         "trainer.default_local_dir=/checkpoints",
-        "critic.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+        "critic.model.path=/checkpoints/models/tiny",
     ):
         assert item in spec.overrides, item
-    # No model download (no hub here); the data comes from the local path.
-    assert [s.name for s in spec.data_steps] == ["dataprep"]
+    # The model is made on the node (no hub here); the data comes from the local path.
+    assert [s.name for s in spec.data_steps] == ["dataprep", "make-model"]
+    made = spec.data_steps[1]
+    assert made.argv[:3] == ("python3", "-m", "rlinfra_node.tiny_model")
+    assert made.argv[made.argv.index("--hidden") + 1] == "32"
+    assert made.done_marker == "/checkpoints/models/tiny/_SUCCESS"
     assert spec.data_steps[0].argv[spec.data_steps[0].argv.index("--source") + 1] == "/data/gsm8k"
     assert spec.after_steps[0].argv[:3] == ("python3", "-m", "rlinfra_node.after_training")
-    assert "--program" in spec.after_steps[0].argv and spec.after_steps[0].argv[-1] == "standin"
     assert spec.warnings == ()
+    # Every node offers what CPU mode's workers ask Ray for.
+    from rlinfra.workloads.spec import ray_node_resources
+
+    assert ray_node_resources(plan) == (1, {"cpu": 1})
+
+
+def test_cpu_mode_never_reaches_gpu_profiles() -> None:
+    from rlinfra.workloads.spec import cpu_mode, ray_node_resources
+
+    for name in ("h100x1-ppo", "h100x1-grpo", "h100x2", "search-grpo"):
+        plan = plan_of(name)
+        assert not cpu_mode(plan), name
+        assert ray_node_resources(plan) == (None, {}), name
+        spec = job_spec(plan)
+        assert spec.entrypoint[2] != "rlinfra_node.verl_cpu.main_ppo", name
+        assert "trainer.device=cpu" not in spec.overrides, name
+
+
+def test_random_model_needs_a_path() -> None:
+    data = {
+        "cloud": "local",
+        "storage": [{"bucket": "rlinfra-local-checkpoints"}],
+        "workload": {
+            "type": "ppo",
+            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "random_model": {},
+            "data": {"dataset": "gsm8k"},
+        },
+    }
+    with pytest.raises(ProfileError, match="workload.model: .* is not a path on the node"):
+        make_plan(profile_from_data(data, "r.yaml", "r"), "r.yaml")
 
 
 def test_training_needs_a_bucket() -> None:
@@ -446,7 +482,6 @@ def test_training_needs_a_bucket() -> None:
         "cloud": "local",
         "workload": {
             "type": "ppo",
-            "program": "standin",
             "model": "m",
             "data": {"dataset": "gsm8k"},
         },

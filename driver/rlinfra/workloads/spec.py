@@ -30,7 +30,8 @@ DATA_DONE_MARKER = "_SUCCESS"
 
 BUILTINS: dict[str, str] = {
     "NUM_NODES": "number of nodes (from the plan, after --num-nodes)",
-    "NUM_GPUS_PER_NODE": "GPUs per node (from the plan, after --accelerators)",
+    "NUM_GPUS_PER_NODE": "GPUs per node (from the plan, after --accelerators); in CPU mode "
+    "Verl's worker slots per node",
     "CHECKPOINT_DIR": "mount path of the profile's first storage entry",
     "DATA_DIR": "the workload's data folder (workload.data.dir)",
     "MODEL": "workload.model, expanded",
@@ -196,7 +197,8 @@ def _variables(plan: Plan, workload: Workload, expand: _Expander) -> None:
             )
     v = expand.variables
     v["NUM_NODES"] = str(plan.num_nodes)
-    v["NUM_GPUS_PER_NODE"] = str(plan.gpus_per_node)
+    # In CPU mode Verl counts its worker slots as GPUs (trainer.n_gpus_per_node).
+    v["NUM_GPUS_PER_NODE"] = str(CPU_WORKERS_PER_NODE if cpu_mode(plan) else plan.gpus_per_node)
     if profile.storage:
         v["CHECKPOINT_DIR"] = profile.storage[0].mount_path
     if workload.model is not None:
