@@ -57,8 +57,8 @@ down: venv ## Take the `local` cluster down (keeps its bucket)
 	$(BIN)/rlinfra down local --yes
 
 lint: venv ## ruff, mypy, terraform fmt (ansible-lint runs in test-ansible)
-	$(BIN)/ruff check driver tests bench
-	$(BIN)/ruff format --check driver tests bench
+	$(BIN)/ruff check driver tests bench tools
+	$(BIN)/ruff format --check driver tests bench tools
 	$(BIN)/mypy
 	terraform fmt -check -recursive terraform
 

@@ -579,10 +579,7 @@ CHECK_REACH_S = 20.0
 def _is_lost(problem: str) -> bool:
     """A node problem that stops an all-reduce: unreachable, or not alive in Ray."""
     text = problem.lower()
-    return any(
-        word in text
-        for word in ("no answer", "did not run", "gave no answer", "ray")
-    )
+    return any(word in text for word in ("no answer", "did not run", "gave no answer", "ray"))
 
 
 def check(cluster: str) -> dict[str, Any]:
