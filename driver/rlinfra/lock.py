@@ -179,6 +179,12 @@ def _pip_config() -> str:
     return result.stdout if result.returncode == 0 else ""
 
 
+def discovered_find_links(environ: Mapping[str, str]) -> list[str]:
+    """The wheel folders this machine's pip knows (its environment and configuration), which uv
+    needs to be told: where a lock's local wheels (the CPU torch) are found again at install."""
+    return pip_find_links(environ, _pip_config())
+
+
 def _failure(pins: PinSet, stderr: str) -> OperationError:
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     tail = lines[-1] if lines else "uv pip compile failed"
@@ -214,7 +220,7 @@ def lock(
 
         uv = uv_binary()
     env = dict(os.environ if environ is None else environ)
-    find_links = [*extra_find_links, *pip_find_links(env, _pip_config())]
+    find_links = [*extra_find_links, *discovered_find_links(env)]
     target = out or pins.lock_file
     with tempfile.TemporaryDirectory(prefix="rlinfra-lock-") as tmp:
         requirements = Path(tmp) / "requirements.in"

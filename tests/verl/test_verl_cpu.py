@@ -1,0 +1,324 @@
+"""rlinfra's CPU mode for Verl 0.6.0, with Verl's real trainer.
+
+Fast tests check the plain data (overrides, node resources), the version refusal and the dense
+reward. The slow ones run the programs in a venv installed from the cpu-sandbox lock, against a
+Ray node started as rlinfra starts CPU nodes: tiny_model, then PPO with a critic (checkpoint,
+resume, ``verl.model_merger``) and GRPO with the dense reward, each through
+``python -m rlinfra_node.verl_cpu.main_ppo``. The runs are shared by the asserts on them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from verl_harness import NODE_PACKAGE_ROOT, RayNode, node_env
+
+from rlinfra.workloads.verl_config import check_key, split_hydra_key, verl_config
+from rlinfra_node import rewards
+from rlinfra_node.verl_cpu import (
+    SETUP_HOOK,
+    UnsupportedVerl,
+    check_verl_version,
+    cpu_overrides,
+    local_ray_overrides,
+    ray_start_args,
+)
+from rlinfra_node.verl_cpu.main_ppo import HOOK_KEY, RAY_JOB_CONFIG_ENV, hook_override
+
+SAMPLE = NODE_PACKAGE_ROOT / "rlinfra_node" / "samples" / "gsm8k_sample.jsonl"
+REWARDS = NODE_PACKAGE_ROOT / "rlinfra_node" / "rewards.py"
+
+
+# ------------------------------------------------------------------------------------------
+# Plain data and pure functions.
+
+
+def _overrides_as_dict(overrides: Sequence[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in overrides)
+
+
+def test_cpu_overrides_name_what_verl_needs_on_cpu() -> None:
+    got = _overrides_as_dict(cpu_overrides(2, nnodes=3))
+    assert got["trainer.device"] == "cpu"
+    assert got["trainer.n_gpus_per_node"] == "2"
+    assert got["trainer.nnodes"] == "3"
+    assert got["actor_rollout_ref.rollout.name"] == "hf"
+    assert got["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
+    for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
+        assert got[f"{role}.strategy"] == "fsdp2"
+    assert got["actor_rollout_ref.model.use_remove_padding"] == "false"
+    assert got["data.dataloader_num_workers"] == "0"
+    assert got["trainer.logger"] == "[console]"
+    with pytest.raises(ValueError):
+        cpu_overrides(0)
+
+
+def test_every_override_is_one_verl_060_takes() -> None:
+    """Plain keys exist in Verl 0.6.0's config, '+' keys do not (checked against the snapshot)."""
+    config = verl_config("0.6.0")
+    overrides = [*cpu_overrides(1), *local_ray_overrides(1), *hook_override([], {})]
+    for item in overrides:
+        key, value = item.split("=", 1)
+        assert check_key(config, key, value) is None, item
+    added = [split_hydra_key(item.split("=")[0]) for item in overrides]
+    assert [key for prefix, key in added if prefix] == [
+        "ray_kwargs.ray_init.num_gpus",
+        "ray_kwargs.ray_init.resources.cpu",
+        "ray_kwargs.ray_init.include_dashboard",
+        HOOK_KEY,
+    ]
+
+
+def test_nodes_get_a_gpu_slot_and_a_cpu_resource_per_worker() -> None:
+    assert ray_start_args(2) == ["--num-gpus", "2", "--resources", '{"cpu": 2}']
+    assert _overrides_as_dict(local_ray_overrides(2))["+ray_kwargs.ray_init.num_gpus"] == "2"
+
+
+def test_the_hook_override_is_added_once() -> None:
+    assert hook_override(["trainer.device=cpu"], {}) == [f"++{HOOK_KEY}={SETUP_HOOK}"]
+    assert hook_override([f"+{HOOK_KEY}=x.y"], {}) == []
+    job = {"runtime_env": {"worker_process_setup_hook": SETUP_HOOK}}
+    assert hook_override([], {RAY_JOB_CONFIG_ENV: json.dumps(job)}) == []
+
+
+def test_other_verl_versions_are_refused() -> None:
+    check_verl_version("0.6.0")
+    with pytest.raises(UnsupportedVerl, match=r"supports verl==0\.6\.0 only; found verl 0\.7\.1$"):
+        check_verl_version("0.7.1")
+    with pytest.raises(UnsupportedVerl, match="found no verl"):
+        check_verl_version(None)
+
+
+def test_dense_reward_varies_between_wrong_answers_and_is_1_when_right() -> None:
+    scores = {
+        text: rewards.gsm8k_dense("openai/gsm8k", text, "79")
+        for text in ("no digits", "it is 7", "97 apples", "#### 79", "#### 80", "")
+    }
+    assert scores["#### 79"] == 1.0
+    assert scores["no digits"] == scores[""] == 0.0
+    assert 0 < scores["it is 7"] < scores["97 apples"] < 1
+    assert all(0 <= value < 1 for text, value in scores.items() if text != "#### 79")
+
+
+# ------------------------------------------------------------------------------------------
+# The real programs.
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    log: str
+    seconds: float
+
+
+def run(python: Path, args: Sequence[str], cwd: Path, log: Path, **env: str) -> Run:
+    start = time.monotonic()
+    with log.open("w") as out:
+        result = subprocess.run(
+            [str(python), *args],
+            cwd=cwd,
+            env=node_env(**env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            check=False,
+        )
+    return Run(result.returncode, log.read_text(), time.monotonic() - start)
+
+
+def step_metrics(log: str) -> dict[int, dict[str, float]]:
+    """Verl's console logger lines ``step:N - key:value - ...``, by step."""
+    steps: dict[int, dict[str, float]] = {}
+    for found in re.finditer(r"step:(\d+) - (.*)", log):
+        values = re.findall(
+            r"([\w/@.-]+):(?:np\.float\d+\()?(-?[0-9.]+(?:e[-+]?\d+)?|nan)", found[2]
+        )
+        steps[int(found[1])] = {key: float(value) for key, value in values}
+    return steps
+
+
+def trainer_args(model: Path, data: Path, checkpoints: Path, steps: int) -> list[str]:
+    return [
+        "-m",
+        "rlinfra_node.verl_cpu.main_ppo",
+        *cpu_overrides(1),
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=128",
+        "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.use_torch_compile=false",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"trainer.default_local_dir={checkpoints}",
+        "trainer.project_name=rlinfra-tests",
+    ]
+
+
+@dataclass(frozen=True)
+class Made:
+    model: Path
+    data: Path
+    work: Path
+    first: Run
+    second: Run
+
+
+@pytest.fixture(scope="module")
+def made(verl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Made:
+    """tiny_model twice (the second finds it done), and the sample as Verl parquet."""
+    work = tmp_path_factory.mktemp("verl")
+    model = work / "model"
+    args = ["-m", "rlinfra_node.tiny_model", "--out", str(model), "--corpus", str(SAMPLE)]
+    first = run(verl_python, args, work, work / "tiny_model.log")
+    second = run(verl_python, args, work, work / "tiny_model_again.log")
+    data = work / "data"
+    prep = ["-m", "rlinfra_node.dataprep", "--dataset", "gsm8k", "--source", str(SAMPLE)]
+    prepared = run(verl_python, [*prep, "--out", str(data)], work, work / "dataprep.log")
+    assert prepared.returncode == 0, prepared.log
+    return Made(model, data, work, first, second)
+
+
+@dataclass(frozen=True)
+class Ppo:
+    checkpoints: Path
+    first: Run
+    resumed: Run
+    merged: Path
+    merge: Run
+
+
+@pytest.fixture(scope="module")
+def ppo(verl_python: Path, made: Made, ray_node: RayNode) -> Ppo:
+    """PPO with a critic: 2 steps (checkpoint at 2), then a resume to step 3, then a merge."""
+    assert made.first.returncode == 0, made.first.log
+    checkpoints = made.work / "ppo"
+    args = [
+        "algorithm.adv_estimator=gae",
+        f"critic.model.path={made.model}",
+        "critic.ppo_micro_batch_size_per_gpu=4",
+        "trainer.experiment_name=ppo",
+    ]
+    work = made.work
+    common = trainer_args(made.model, made.data, checkpoints, 2)
+    first = run(verl_python, [*common, *args], work, work / "ppo.log", **ray_node.env)
+    common = trainer_args(made.model, made.data, checkpoints, 3)
+    resumed = run(verl_python, [*common, *args], work, work / "ppo_resume.log", **ray_node.env)
+    merged = work / "merged"
+    merge = [
+        *("-m", "verl.model_merger", "merge", "--backend", "fsdp"),
+        *("--local_dir", str(checkpoints / "global_step_3" / "actor")),
+        *("--target_dir", str(merged)),
+    ]
+    return Ppo(
+        checkpoints, first, resumed, merged, run(verl_python, merge, work, work / "merge.log")
+    )
+
+
+@pytest.mark.slow
+def test_tiny_model_is_made_once_and_loads_offline(verl_python: Path, made: Made) -> None:
+    assert made.first.returncode == 0, made.first.log
+    assert "made tiny model" in made.first.log
+    assert made.second.returncode == 0 and "already there" in made.second.log
+    check = (
+        "import sys; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); m = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "text = t.apply_chat_template([{'role': 'user', 'content': 'Q?'}], add_generation_prompt=True, tokenize=False)\n"
+        "assert text.endswith('<|im_start|>assistant\\n'), text\n"
+        "print(len(t), t.eos_token, t.pad_token, m.config.model_type, m.config.vocab_size)\n"
+    )
+    done = run(verl_python, ["-c", check, str(made.model)], made.work, made.work / "load.log")
+    assert done.returncode == 0, done.log
+    assert done.log.split()[-5:] == ["512", "<|im_end|>", "<|endoftext|>", "qwen2", "512"]
+
+
+@pytest.mark.slow
+def test_ppo_with_a_critic_trains_and_checkpoints_in_verls_layout(ppo: Ppo) -> None:
+    assert ppo.first.returncode == 0, ppo.first.log[-6000:]
+    metrics = step_metrics(ppo.first.log)
+    assert sorted(metrics) == [1, 2]
+    assert metrics[2]["critic/grad_norm"] > 0 and metrics[2]["actor/grad_norm"] > 0
+    step = ppo.checkpoints / "global_step_2"
+    for role in ("actor", "critic"):
+        assert (step / role / "model_world_size_1_rank_0.pt").is_file()
+        assert (step / role / "optim_world_size_1_rank_0.pt").is_file()
+
+
+@pytest.mark.slow
+def test_ppo_resumes_from_its_checkpoint_and_goes_further(ppo: Ppo) -> None:
+    assert ppo.resumed.returncode == 0, ppo.resumed.log[-6000:]
+    assert f"Resuming from {ppo.checkpoints / 'global_step_2'}" in ppo.resumed.log
+    assert sorted(step_metrics(ppo.resumed.log)) == [3]
+    assert (ppo.checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+@pytest.mark.slow
+def test_merged_actor_loads_and_differs_from_the_initial_model(
+    verl_python: Path, ppo: Ppo, made: Made
+) -> None:
+    assert ppo.merge.returncode == 0, ppo.merge.log[-4000:]
+    compare = (
+        "import sys, torch; from transformers import AutoModelForCausalLM\n"
+        "a = AutoModelForCausalLM.from_pretrained(sys.argv[1]).state_dict()\n"
+        "b = AutoModelForCausalLM.from_pretrained(sys.argv[2]).state_dict()\n"
+        "assert a.keys() == b.keys()\n"
+        "print('changed', sum(not torch.equal(a[k], b[k].to(a[k].dtype)) for k in a), len(a))\n"
+    )
+    args = ["-c", compare, str(made.model), str(ppo.merged)]
+    done = run(verl_python, args, made.work, made.work / "compare.log")
+    assert done.returncode == 0, done.log
+    changed, total = (int(n) for n in done.log.split()[-2:])
+    assert changed > total // 2, done.log
+
+
+@pytest.mark.slow
+def test_grpo_with_the_dense_reward_has_nonzero_advantages(
+    verl_python: Path, made: Made, ray_node: RayNode
+) -> None:
+    args = [
+        *trainer_args(made.model, made.data, made.work / "grpo", 2),
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        f"custom_reward_function.path={REWARDS}",
+        "custom_reward_function.name=gsm8k_dense",
+        "trainer.experiment_name=grpo",
+    ]
+    done = run(verl_python, args, made.work, made.work / "grpo.log", **ray_node.env)
+    assert done.returncode == 0, done.log[-6000:]
+    metrics = step_metrics(done.log)
+    assert sorted(metrics) == [1, 2]
+    for step in metrics.values():
+        assert step["critic/score/max"] > step["critic/score/min"]
+        assert step["critic/advantages/max"] > 0 > step["critic/advantages/min"]
+    assert (made.work / "grpo" / "global_step_2" / "actor").is_dir()
+
+
+@pytest.mark.slow
+def test_the_launcher_refuses_another_verl(verl_python: Path, tmp_path: Path) -> None:
+    """A verl 0.7.1 distribution first on the path: one line, exit 2, nothing run."""
+    fake = tmp_path / "site" / "verl-0.7.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.7.1\n")
+    args = ["-c", "from rlinfra_node.verl_cpu.main_ppo import main; raise SystemExit(main([]))"]
+    env = {"PYTHONPATH": f"{tmp_path / 'site'}:{NODE_PACKAGE_ROOT}"}
+    done = run(verl_python, args, tmp_path, tmp_path / "refuse.log", **env)
+    assert done.returncode == 2
+    assert done.log.strip().splitlines() == [
+        "Error: rlinfra's Verl CPU mode supports verl==0.6.0 only; found verl 0.7.1"
+    ]
