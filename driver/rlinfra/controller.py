@@ -91,6 +91,10 @@ def pycache_dir(cache: Path, pins: PinSet) -> Path:
     return cache / "pycache" / _pins_folder_name(pins)
 
 
+# What uv needs, offline, to build a source-only package on a node (setuptools' PEP 517 backend).
+SDIST_BUILD_TOOLS = ("setuptools", "wheel")
+
+
 def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
     """Download every wheel of a pin set once, for nodes that have no internet.
 
@@ -113,7 +117,10 @@ def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
         "download",
         "--quiet",
         "--disable-pip-version-check",
-        "--only-binary=:all:",
+        # Wheels where there are any; a package published only as source (Hydra's
+        # antlr4-python3-runtime) comes as its sdist, which uv builds on the node with the
+        # build tools below, offline.
+        "--prefer-binary",
         "-d",
         str(folder),
         *_wheelhouse_requirements(pins),
@@ -127,5 +134,12 @@ def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["pip download failed"])[-1]
         raise OperationError(f"building the wheelhouse failed: {tail}")
+    if any(path.suffix == ".gz" or path.name.endswith(".zip") for path in folder.iterdir()):
+        tools = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
+        tools += ["--only-binary=:all:", "-d", str(folder), *SDIST_BUILD_TOOLS]
+        built = subprocess.run(tools, capture_output=True, text=True, check=False)
+        if built.returncode != 0:
+            tail = (built.stderr.strip().splitlines() or ["pip download failed"])[-1]
+            raise OperationError(f"building the wheelhouse failed (build tools): {tail}")
     marker.write_text("\n".join(pins.packages) + "\n")
     return folder
