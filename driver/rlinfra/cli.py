@@ -649,6 +649,7 @@ def status(
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
     progress = state.get("progress")
     if progress:
+
         def shown(value: Any) -> str:
             return "none" if value is None else str(value)
 

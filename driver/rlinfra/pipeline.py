@@ -773,7 +773,11 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
     except (OSError, ValueError):
         spec = {}
     port = next(
-        (s["port"] for s in (read_record(folder) or {}).get("services") or [] if s["name"] == "model"),
+        (
+            s["port"]
+            for s in (read_record(folder) or {}).get("services") or []
+            if s["name"] == "model"
+        ),
         0,
     )
     out: dict[str, Any] = {"job_step": None, "checkpoint_step": None, "served_step": None}
@@ -786,7 +790,13 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
         except (OperationError, subprocess.TimeoutExpired):
             pass
     command = shlex.join(
-        ["/opt/rlinfra/venv/bin/python", "-I", "-", str(spec.get("checkpoint_dir") or ""), str(port)]
+        [
+            "/opt/rlinfra/venv/bin/python",
+            "-I",
+            "-",
+            str(spec.get("checkpoint_dir") or ""),
+            str(port),
+        ]
     )
     try:
         result = ssh.run(

@@ -248,6 +248,8 @@ def test_exec_node_env_on_each_node(cluster: Cluster) -> None:
 
 
 BUCKET = "rlinfra-local-checkpoints"
+# The local profile's data: 36 training rows in batches of 8 (Verl drops the last, short one).
+STEPS_PER_EPOCH = 4
 CANARY = "wandb-canary-7d41c9e2b8f05a63"
 
 
@@ -431,6 +433,15 @@ def test_model_server_is_served_supervised_and_restarted(cluster: Cluster) -> No
     out = model.generate(**ids, do_sample=False, max_new_tokens=8)
     expected = tokenizer.decode(out[0][ids["input_ids"].shape[1] :], skip_special_tokens=True)
     assert served == expected, (served, expected)
+    # status tells how far training got: the job's last step, the bucket's last checkpoint, and
+    # the step of the model being served.
+    progress = cluster.json("status", cluster.name)["progress"]
+    assert progress["job_step"] == 8, progress
+    assert progress["checkpoint_step"] == 8 and progress["served_step"] == 8, progress
+    text = cluster.run("status", cluster.name).stdout
+    assert (
+        "training: latest job at step 8; last checkpoint step 8; served model from step 8" in text
+    )
     first = _server_pid(cluster)
     assert first.isdigit(), first
     cluster.run("exec", cluster.name, "--", f"kill -9 {first}")
@@ -529,8 +540,8 @@ def _job_status(cluster: Cluster, job_id: str) -> str:
 def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: Cluster) -> None:
     long = cluster.json("run", cluster.name, "--env", "TOTAL_EPOCHS=1000")
     job_id = str(long["submission_id"])
-    deadline = time.monotonic() + 180
-    while "step:" not in cluster.run("logs", cluster.name, "--job", job_id).stdout:
+    deadline = time.monotonic() + 600
+    while not re.search(r"step:\d+ - ", cluster.run("logs", cluster.name, "--job", job_id).stdout):
         assert time.monotonic() < deadline, "the long job did not start training"
         time.sleep(2)
     cluster.run(
@@ -574,6 +585,16 @@ def test_ray_stopped_on_worker_fails_the_job_fast_and_is_healed_by_up(cluster: C
     assert isinstance(result["ansible_changed"], int) and result["ansible_changed"] > 0
     ray = cluster.json("status", cluster.name)["ray"]  # type: ignore[assignment]
     assert ray["alive_nodes"] == 2 and ray["missing_nodes"] == []
+    # `run` resumes from the last checkpoint the killed job saved, and trains past it.
+    bucket = cluster.home / "buckets" / BUCKET
+    saved = int((bucket / "latest_checkpointed_iteration.txt").read_text())
+    assert saved >= 8, saved
+    epochs = saved // STEPS_PER_EPOCH + 1
+    resumed = cluster.json("run", cluster.name, "--env", f"TOTAL_EPOCHS={epochs}")
+    follow = cluster.run("logs", cluster.name, "--job", str(resumed["submission_id"]), "--follow")
+    assert f"global_step_{saved}" in follow.stdout and re.search(r"[Rr]esum", follow.stdout)
+    assert re.search(rf"step:{epochs * STEPS_PER_EPOCH} - ", follow.stdout), follow.stdout[-3000:]
+    assert int((bucket / "latest_checkpointed_iteration.txt").read_text()) > saved
 
 
 def test_a_host_lost_under_its_state_is_made_again_by_up(cluster: Cluster) -> None:
