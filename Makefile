@@ -80,6 +80,7 @@ test: deps lint ## Set up and run every test
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/retrieval.py
+	$(BIN)/python bench/verl.py
 
 lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml
 	$(BIN)/python tools/lock_controller.py
