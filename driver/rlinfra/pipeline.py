@@ -597,7 +597,11 @@ def check(cluster: str) -> dict[str, Any]:
             found = verify.verify_cluster(
                 folder, hosts, str(record.get("ansible_digest") or ""), timeout=CHECK_REACH_S
             )
-        lost = [p for p in found.problems if _is_lost(p)]
+        # A worker's own problem names the node that is gone; the head's report follows it.
+        lost = sorted(
+            (p for p in found.problems if _is_lost(p)),
+            key=lambda p: p.startswith(f"{hosts[0].name}:"),
+        )
         if lost:
             more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
             raise OperationError(
