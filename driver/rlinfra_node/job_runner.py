@@ -207,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, flush=True)
 
+    # Every worker's lines reach the job's log (Ray would fold lines that differ only in
+    # numbers, such as each rank's node address, into one).
+    env.setdefault("RAY_DEDUP_LOGS", "0")
     node_ips = [ip for ip in os.environ.get("RLINFRA_NODE_IPS", "").split("\n") if ip]
     return run_job(spec, env, _run, log, train=Watched(ray_alive_nodes, log, node_ips))
 

@@ -46,6 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from verl.trainer import main_ppo
 
+    from rlinfra_node.verl_cpu import SETUP_HOOK, SUPPORTED_VERL
+
+    print(
+        f"verl_cpu: Verl {SUPPORTED_VERL} in CPU mode: patched here; Ray workers patch "
+        f"themselves through {SETUP_HOOK}",
+        flush=True,
+    )
     sys.argv = [sys.argv[0], *args, *hook_override(args, dict(os.environ))]
     main_ppo.main()
     return 0

@@ -34,6 +34,19 @@ def _replace_everywhere(module: Any, name: str, replacement: Callable[..., Any])
             setattr(mod, name, replacement)
 
 
+def _announce_rank() -> None:
+    """One line per worker rank, naming the node it runs on: where Verl placed its workers shows
+    in the job's log."""
+    try:
+        import ray
+
+        where = ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (a unit test): no node to name
+        where = "this host"
+    rank, size = dist.get_rank(), dist.get_world_size()
+    print(f"verl_cpu: rank {rank} of {size} joined over gloo on node {where}", flush=True)
+
+
 def _patch_backend() -> None:
     """gloo where Verl asks for an NCCL-like backend on a CPU-only node."""
     import verl.utils.device as device
@@ -51,7 +64,9 @@ def _patch_backend() -> None:
             backends = {part.split(":")[-1] for part in backend.split(",")}
             if backends == {"gloo"}:
                 kwargs["backend"] = "gloo"
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        _announce_rank()
+        return result
 
     dist.init_process_group = init_process_group
 
