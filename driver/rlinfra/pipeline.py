@@ -768,7 +768,6 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
     import shlex
 
     import rlinfra_node.progress as probe
-
     from rlinfra import jobs
     from rlinfra.runners import ssh
 

@@ -165,8 +165,7 @@ def test_verl_flag_names_exist_in_the_installed_merger() -> None:
     source = (
         Path(next(iter(spec.submodule_search_locations))) / "model_merger" / "base_model_merger.py"
     ).read_text()
-    argv = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, hf_upload_path="u/m"
-    )
+    argv = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, hf_upload_path="u/m")
     for flag in (a for a in argv if a.startswith("--")):
         assert f'"{flag}"' in source, flag
     assert '"merge"' in source
@@ -174,7 +173,9 @@ def test_verl_flag_names_exist_in_the_installed_merger() -> None:
 
 def test_the_merger_module_is_verls_unless_a_test_gives_another() -> None:
     verl = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, python="py")
-    other = at.merge_argv(Path("/a"), Path("/t"), tie_word_embedding=True, python="py", merger_module="m")
+    other = at.merge_argv(
+        Path("/a"), Path("/t"), tie_word_embedding=True, python="py", merger_module="m"
+    )
     assert verl[:3] == ["py", "-m", "verl.model_merger"]
     assert other[:3] == ["py", "-m", "m"] and other[3:] == verl[3:]
 
