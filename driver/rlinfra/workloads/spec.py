@@ -411,10 +411,10 @@ def _data_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
                 f"{model!r} is not a path on the node, and workload.random_model makes a folder",
                 "Give a path, e.g. ${CHECKPOINT_DIR}/models/tiny-qwen2.",
             )
-        spec = workload.random_model
-        argv = (*TINY_MODEL, "--out", model, "--hidden", str(spec.hidden))
-        argv += ("--layers", str(spec.layers), "--vocab", str(spec.vocab), "--seed", str(spec.seed))
-        steps.append(Step("make-model", argv, done_marker=f"{model}/{DATA_DONE_MARKER}"))
+        size = workload.random_model
+        made: tuple[str, ...] = (*TINY_MODEL, "--out", model, "--hidden", str(size.hidden))
+        made += ("--layers", str(size.layers), "--vocab", str(size.vocab), "--seed", str(size.seed))
+        steps.append(Step("make-model", made, done_marker=f"{model}/{DATA_DONE_MARKER}"))
     elif workload.program == "verl" and model and not model.startswith(("/", ".")):
         steps.append(Step("download-model", (HF_CLI, "download", model)))
     return tuple(steps)
