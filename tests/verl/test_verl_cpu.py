@@ -2,9 +2,9 @@
 
 Fast tests check the plain data (overrides, node resources), the version refusal and the dense
 reward. The slow ones run the programs in a venv installed from the cpu-sandbox lock, against a
-Ray node started as rlinfra starts CPU nodes: tiny_model, then PPO with a critic (checkpoint,
-resume, ``verl.model_merger``) and GRPO with the dense reward, each through
-``python -m rlinfra_node.verl_cpu.main_ppo``. The runs are shared by the asserts on them.
+Ray node started as rlinfra starts CPU nodes: tiny_model, and GRPO with the dense reward through
+``python -m rlinfra_node.verl_cpu.main_ppo``. PPO with a critic (checkpoints, resume,
+``verl.model_merger``) is the main job of tests/e2e/test_local_cluster.py, on two hosts.
 """
 
 from __future__ import annotations
@@ -194,42 +194,6 @@ def made(verl_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Made:
     return Made(model, data, work, first, second)
 
 
-@dataclass(frozen=True)
-class Ppo:
-    checkpoints: Path
-    first: Run
-    resumed: Run
-    merged: Path
-    merge: Run
-
-
-@pytest.fixture(scope="module")
-def ppo(verl_python: Path, made: Made, ray_node: RayNode) -> Ppo:
-    """PPO with a critic: 2 steps (checkpoint at 2), then a resume to step 3, then a merge."""
-    assert made.first.returncode == 0, made.first.log
-    checkpoints = made.work / "ppo"
-    args = [
-        "algorithm.adv_estimator=gae",
-        f"critic.model.path={made.model}",
-        "critic.ppo_micro_batch_size_per_gpu=4",
-        "trainer.experiment_name=ppo",
-    ]
-    work = made.work
-    common = trainer_args(made.model, made.data, checkpoints, 2)
-    first = run(verl_python, [*common, *args], work, work / "ppo.log", **ray_node.env)
-    common = trainer_args(made.model, made.data, checkpoints, 3)
-    resumed = run(verl_python, [*common, *args], work, work / "ppo_resume.log", **ray_node.env)
-    merged = work / "merged"
-    merge = [
-        *("-m", "verl.model_merger", "merge", "--backend", "fsdp"),
-        *("--local_dir", str(checkpoints / "global_step_3" / "actor")),
-        *("--target_dir", str(merged)),
-    ]
-    return Ppo(
-        checkpoints, first, resumed, merged, run(verl_python, merge, work, work / "merge.log")
-    )
-
-
 @pytest.mark.slow
 def test_tiny_model_is_made_once_and_loads_offline(verl_python: Path, made: Made) -> None:
     assert made.first.returncode == 0, made.first.log
@@ -247,43 +211,8 @@ def test_tiny_model_is_made_once_and_loads_offline(verl_python: Path, made: Made
     assert done.log.split()[-5:] == ["512", "<|im_end|>", "<|endoftext|>", "qwen2", "512"]
 
 
-@pytest.mark.slow
-def test_ppo_with_a_critic_trains_and_checkpoints_in_verls_layout(ppo: Ppo) -> None:
-    assert ppo.first.returncode == 0, ppo.first.log[-6000:]
-    metrics = step_metrics(ppo.first.log)
-    assert sorted(metrics) == [1, 2]
-    assert metrics[2]["critic/grad_norm"] > 0 and metrics[2]["actor/grad_norm"] > 0
-    step = ppo.checkpoints / "global_step_2"
-    for role in ("actor", "critic"):
-        assert (step / role / "model_world_size_1_rank_0.pt").is_file()
-        assert (step / role / "optim_world_size_1_rank_0.pt").is_file()
-
-
-@pytest.mark.slow
-def test_ppo_resumes_from_its_checkpoint_and_goes_further(ppo: Ppo) -> None:
-    assert ppo.resumed.returncode == 0, ppo.resumed.log[-6000:]
-    assert f"Resuming from {ppo.checkpoints / 'global_step_2'}" in ppo.resumed.log
-    assert sorted(step_metrics(ppo.resumed.log)) == [3]
-    assert (ppo.checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
-
-
-@pytest.mark.slow
-def test_merged_actor_loads_and_differs_from_the_initial_model(
-    verl_python: Path, ppo: Ppo, made: Made
-) -> None:
-    assert ppo.merge.returncode == 0, ppo.merge.log[-4000:]
-    compare = (
-        "import sys, torch; from transformers import AutoModelForCausalLM\n"
-        "a = AutoModelForCausalLM.from_pretrained(sys.argv[1]).state_dict()\n"
-        "b = AutoModelForCausalLM.from_pretrained(sys.argv[2]).state_dict()\n"
-        "assert a.keys() == b.keys()\n"
-        "print('changed', sum(not torch.equal(a[k], b[k].to(a[k].dtype)) for k in a), len(a))\n"
-    )
-    args = ["-c", compare, str(made.model), str(ppo.merged)]
-    done = run(verl_python, args, made.work, made.work / "compare.log")
-    assert done.returncode == 0, done.log
-    changed, total = (int(n) for n in done.log.split()[-2:])
-    assert changed > total // 2, done.log
+# PPO with a critic (two ranks on two hosts, checkpoints, resume, merge, the merged weights
+# changed) runs once, as the main job, in tests/e2e/test_local_cluster.py: not again here.
 
 
 @pytest.mark.slow
