@@ -133,11 +133,24 @@ class Watched:
         log: Callable[[str], None],
         node_ips: Sequence[str],
         poll_s: float = 2.0,
+        settle_s: float = 45.0,
     ) -> None:
         self.nodes = nodes
         self.log = log
         self.node_ips = list(node_ips)
         self.poll_s = poll_s
+        self.settle_s = settle_s
+
+    def _lost_after_failure(self, before: Mapping[str, str]) -> list[str]:
+        deadline = time.monotonic() + self.settle_s
+        while True:
+            try:
+                gone = lost_nodes(before, self.nodes())
+            except Exception:  # the state API may blink
+                gone = []
+            if gone or time.monotonic() >= deadline:
+                return gone
+            time.sleep(self.poll_s)
 
     def __call__(self, argv: list[str], env: Mapping[str, str]) -> int:
         before = dict(self.nodes())
@@ -148,8 +161,9 @@ class Watched:
             except subprocess.TimeoutExpired:
                 pass
             else:
-                # A step that failed because a node went (before the next look) names it too.
-                gone = lost_nodes(before, self.nodes()) if code != 0 else []
+                # A step that failed because a node went names it too. Collectives notice a lost
+                # peer within seconds, before Ray has marked its node dead: give Ray a moment.
+                gone = self._lost_after_failure(before) if code != 0 else []
                 if gone:
                     names = ", ".join(node_label(ip, self.node_ips) for ip in gone)
                     self.log(f"job_runner: {names} left the Ray cluster; the step failed ({code})")

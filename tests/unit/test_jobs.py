@@ -163,5 +163,18 @@ def test_a_step_is_stopped_when_a_node_leaves(tmp_path: Path) -> None:
     assert code == job_runner.NODE_LOST
     assert time.monotonic() - start < 20
     assert lines == ["job_runner: node 1 (10.0.0.11) left the Ray cluster; stopping the step"]
-    ok = job_runner.Watched(lambda: {"a": "x"}, lines.append, [], 0.2)
+    ok = job_runner.Watched(lambda: {"a": "x"}, lines.append, [], 0.2, settle_s=0.5)
     assert ok([sys.executable, "-c", "raise SystemExit(3)"], {}) == 3
+
+
+def test_a_step_that_failed_before_ray_saw_its_node_go_names_the_node() -> None:
+    """gloo notices a lost peer before Ray marks the node dead: the failure still names it."""
+    both = {"a": "10.0.0.10", "b": "10.0.0.11"}
+    views = iter([both, both, both])
+    lines: list[str] = []
+    watched = job_runner.Watched(
+        lambda: next(views, {"a": "10.0.0.10"}), lines.append, ["10.0.0.10", "10.0.0.11"], 0.1
+    )
+    code = watched([sys.executable, "-c", "raise SystemExit(1)"], {})
+    assert code == job_runner.NODE_LOST
+    assert lines == ["job_runner: node 1 (10.0.0.11) left the Ray cluster; the step failed (1)"]
