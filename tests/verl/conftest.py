@@ -41,7 +41,9 @@ def verl_python() -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     uv = uv_binary()
+    # uv's cache lives in the test cache too, which .ci/run removes at the end.
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    env["UV_CACHE_DIR"] = str(cache_root() / "uv-verl")
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], env=env, check=True)
     argv = [uv, "pip", "install", "-q", "--python", str(python), "--require-hashes", "--no-deps"]
     argv += ["-r", str(lock)]
