@@ -420,6 +420,16 @@ def up(
             f"the profile says {plan.cloud!r}",
             "Pick another cluster name with --cluster, or `rlinfra down` it first.",
         )
+    kept = list((existing or {}).get("buckets") or [])
+    if kept and kept != plan.storage_buckets:
+        # Terraform would replace the kept bucket (and its checkpoints) with the new name's.
+        raise UsageError(
+            f"cluster {plan.cluster!r} keeps its checkpoints in bucket {kept[0]}, and the plan "
+            f"names {plan.storage_buckets[0] if plan.storage_buckets else 'none'}; nothing was "
+            "changed",
+            f"Keep it with --env CHECKPOINT_BUCKET_NAME={kept[0]}, or remove it first with "
+            f"`rlinfra down {plan.cluster} --delete-buckets`.",
+        )
     report_overrides(plan)
     if hasattr(cloud, "check_context"):
         # Where the cache, wheelhouse and buckets will be: refused before anything is built

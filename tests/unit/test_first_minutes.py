@@ -283,3 +283,20 @@ def test_down_refused_by_a_busy_lock_lists_nothing(cli: Cli, home: Path) -> None
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_up_refuses_to_rename_a_clusters_kept_bucket(cli: Cli, home: Path) -> None:
+    """A cluster made when its bucket had another name (say, before default names carried the
+    account's suffix): `up` would have Terraform replace the bucket, so it refuses first."""
+    folder = home / "clusters" / "local"
+    folder.mkdir(parents=True)
+    record = {"cluster": "local", "cloud": "local", "stage": "down", "buckets": ["old-ckpts"]}
+    (folder / "record.json").write_text(json.dumps(record))
+    before = files_under(home)
+    result = cli("up", "-p", "local", "--no-run")
+    if result.code == 2 and "the local cloud needs" in result.err:
+        pytest.skip("the local cloud's preflight needs sshd and iproute2 first")
+    usage_error(
+        result, "keeps its checkpoints in bucket old-ckpts", "CHECKPOINT_BUCKET_NAME=old-ckpts"
+    )
+    assert files_under(home) == before
