@@ -1,0 +1,22 @@
+#!/bin/bash
+# Rebuild the carried bundle (.whl/bundle.tar.xz, ~25 MB) for bench/gpu/verl/run.sh, here (any
+# Python/pip with network). Then, from the repo root:
+#   mkdir -p .gpurun && echo .gpurun/ >> .git/info/exclude && cp bench/gpu/verl/{run.sh,gpu_hook.py,gpu_rollout.py} .gpurun/
+#   device run: command "bash .gpurun/run.sh", carry [".gpurun", ".whl/bundle.tar.xz"]
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+D=.whl/dl; S=.whl/site; mkdir -p $D; rm -rf $S
+P="--no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any"
+pip download $P -d $D ray==2.60.0 verl==0.6.0 tensordict==0.10.0 'pyvers<0.2' importlib_metadata \
+  hydra-core==1.3.2 omegaconf==2.3.0 codetiming torchdata==0.11.0 datasets==4.0.0 dill==0.3.8 \
+  multiprocess==0.70.16 orjson jsonschema==4.23.0 jsonschema-specifications referencing==0.36.2 \
+  rpds-py pylatexenc transformers==4.56.1 tokenizers==0.22.2 huggingface_hub==0.36.2
+pip wheel --no-deps -w $D antlr4-python3-runtime==4.9.3   # sdist only
+pip install -q --no-deps --no-compile --target $S --python-version 3.12 --only-binary=:all: --no-index $D/*.whl
+# The device has pyarrow, pandas, fsspec, xxhash, msgpack, protobuf, grpcio, aiohttp, click, ...
+rm -rf $S/ray/jars $S/ray/rllib $S/ray/serve $S/ray/llm $S/ray/dashboard/client/build
+strip --strip-unneeded $S/ray/core/src/ray/gcs/gcs_server $S/ray/core/src/ray/raylet/raylet
+find $S -name '*.so' -exec strip --strip-unneeded {} \;
+find $S -name __pycache__ -prune -exec rm -rf {} \;
+XZ_OPT="-9e -T0" tar -cJf .whl/bundle.tar.xz -C $S .
+ls -la .whl/bundle.tar.xz
