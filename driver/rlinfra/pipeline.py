@@ -550,7 +550,7 @@ def up(
                     check = previous
                 else:
                     (folder / "check.json").unlink(missing_ok=True)
-                    run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
+                    _run_check(folder, hosts)
                     check = _read_check(folder)
             update_record(folder, stage="ready", check=check)
             return UpResult(
@@ -569,6 +569,45 @@ def up(
         except OperationError as exc:
             update_record(folder, stage="failed", error=exc.message)
             raise
+
+
+# Where the acceptance role keeps the running check's pid and its script, on every node.
+ACCEPTANCE_SCRIPT = "/opt/rlinfra/bin/allreduce.py"
+ACCEPTANCE_PIDFILE = "/opt/rlinfra/run/acceptance.pid"
+
+
+def _run_check(folder: Path, hosts: list[Host]) -> None:
+    """The check playbook; interrupted, it also ends the all-reduce it started on the nodes."""
+    from rlinfra.runners.ansible import run_playbook
+
+    try:
+        run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
+    except KeyboardInterrupt:
+        with ui.step("interrupted: ending the all-reduce on the nodes"):
+            stopped = stop_remote_checks(folder, hosts)
+        for name in stopped:
+            ui.info(f"stopped the all-reduce on {name}")
+        raise
+
+
+def stop_remote_checks(folder: Path, hosts: list[Host]) -> list[str]:
+    """End a running acceptance check on every node; the nodes where one was running."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlinfra.jobs import NODE_PYTHON
+    from rlinfra.runners import ssh
+
+    command = f"{NODE_PYTHON} {ACCEPTANCE_SCRIPT} --stop --pidfile {ACCEPTANCE_PIDFILE}"
+
+    def stop(host: Host) -> str | None:
+        try:
+            done = ssh.run(folder, host, command, capture=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            return None
+        return host.name if done.returncode == 0 and "stopped" in (done.stdout or "") else None
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        return [name for name in pool.map(stop, hosts) if name]
 
 
 def _read_check(folder: Path) -> dict[str, Any] | None:
@@ -594,7 +633,6 @@ def _is_lost(problem: str) -> bool:
 
 def check(cluster: str) -> dict[str, Any]:
     from rlinfra import verify
-    from rlinfra.runners.ansible import run_playbook
 
     folder, record = require_cluster(cluster)
     _require_ready(cluster, record)
@@ -618,7 +656,7 @@ def check(cluster: str) -> dict[str, Any]:
                 f"acceptance check not run: {lost[0]}{more}",
                 f"`rlinfra up {cluster}` heals the cluster; then check again.",
             )
-        run_playbook(folder / "ansible", "check.yml", "acceptance check (all-reduce)")
+        _run_check(folder, hosts)
     result = _read_check(folder)
     if result is None:
         raise OperationError("the acceptance check wrote no result")

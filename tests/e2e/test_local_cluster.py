@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +173,9 @@ def test_up_interrupted_then_converges(cluster: Cluster) -> None:
     assert proc.returncode != 0, output
     assert cluster.record()["stage"] == "interrupted", output
     assert "re-run the same command" in output
+    # The interrupted playbook and its tasks ended with the command (ansible-playbook's workers
+    # run in sessions of their own, out of the terminal's reach).
+    assert _wait(lambda: not _playbooks(cluster), 30), _playbooks(cluster)
 
     result = cluster.json("up", "--profile", "local", "--cluster", cluster.name, "--yes")
     assert len(result["nodes"]) == 2  # type: ignore[arg-type]
@@ -192,6 +195,66 @@ def test_status_shows_both_nodes_in_ray(cluster: Cluster) -> None:
     assert ray["reachable"] is True, ray
     assert ray["alive_nodes"] == 2
     assert ray["missing_nodes"] == []
+
+
+def _wait(predicate: Callable[[], object], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _processes() -> list[tuple[int, str]]:
+    out = subprocess.run(["ps", "-eo", "pid,args", "ww"], capture_output=True, text=True).stdout
+    rows = [line.strip().split(None, 1) for line in out.splitlines()[1:]]
+    return [(int(row[0]), row[1]) for row in rows if len(row) == 2]
+
+
+def _playbooks(cluster: Cluster) -> list[str]:
+    return [a for _, a in _processes() if "ansible-playbook" in a and str(cluster.folder) in a]
+
+
+def _all_reduce_on(cluster: Cluster) -> list[int]:
+    """Pids of the acceptance check running inside the cluster's hosts' namespaces."""
+    found = []
+    for pid, args in _processes():
+        if "/opt/rlinfra/bin/allreduce.py" not in args or "--pidfile" not in args:
+            continue
+        netns = subprocess.run(
+            ["ip", "netns", "identify", str(pid)], capture_output=True, text=True
+        ).stdout
+        if f"rl-{netns_id(cluster.name)}-" in netns:
+            found.append(pid)
+    return found
+
+
+def test_check_interrupted_ends_the_all_reduce_on_the_nodes(cluster: Cluster) -> None:
+    """Ctrl-C on `check` ends the all-reduce it started on the head, not only the local command."""
+    proc = subprocess.Popen(
+        [RLINFRA, "check", cluster.name],
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert _wait(lambda: _all_reduce_on(cluster), 120), proc.communicate(timeout=60)[0]
+        (pid,) = _all_reduce_on(cluster)
+        # Hold the check where it is, so that the interrupt finds it running however fast it is.
+        os.kill(pid, signal.SIGSTOP)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, output
+    assert "ending the all-reduce on the nodes" in output, output
+    assert "stopped the all-reduce on " + cluster.name + "-0" in output, output
+    assert _wait(lambda: not _all_reduce_on(cluster), 30), _processes()
+    assert not _playbooks(cluster)
 
 
 def test_check_all_reduce_across_hosts(cluster: Cluster) -> None:

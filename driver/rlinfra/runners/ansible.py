@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
 from rlinfra.errors import OperationError
+
+# How long an interrupted playbook has to end its tasks before its process group is killed.
+CANCEL_GRACE_S = 15.0
 
 
 @dataclass
@@ -52,7 +57,21 @@ def run_playbook(
         "ANSIBLE_NOCOLOR": "1",
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
     }
-    cmdline = f"-e @{vars_file}"
+    # ansible-playbook ends with this process, even when it is killed (see tether.py).
+    tethered = private / "ansible-playbook"
+    pidfile = private / "ansible-playbook.pid"
+    pidfile.unlink(missing_ok=True)
+    playbook_bin = Path(sys.executable).with_name("ansible-playbook")
+    wrapper = (
+        "#!/bin/sh\n"
+        f"echo $$ > {shlex.quote(str(pidfile))}\n"
+        f"exec {shlex.quote(sys.executable)} -m rlinfra.runners.tether TERM "
+        f'{shlex.quote(str(playbook_bin) if playbook_bin.exists() else "ansible-playbook")} "$@"\n'
+    )
+    if not tethered.is_file() or tethered.read_text() != wrapper:
+        tethered.write_text(wrapper)
+        tethered.chmod(0o755)
+    cmdline = f"{shlex.quote(str(ansible_dir / 'playbooks' / playbook))} -e @{vars_file}"
     if extravars:
         import json
 
@@ -85,20 +104,37 @@ def run_playbook(
         def on_signal(number: int, frame: object) -> None:
             interrupted.set()
 
+        # On an interrupt ansible-runner kills the playbook's process group, which is not where
+        # Ansible's workers and their tasks run (each in a session of its own). SIGTERM first lets
+        # ansible-playbook end them; the group is killed only if it has not ended in time.
+        asked: list[float] = []
+
+        def cancel() -> bool:
+            if not interrupted.is_set():
+                return False
+            if not asked:
+                asked.append(time.monotonic())
+                try:
+                    os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+                except (OSError, ValueError):
+                    return True
+                return False
+            return time.monotonic() - asked[0] > CANCEL_GRACE_S
+
         for sig in previous:
             signal.signal(sig, on_signal)
         try:
             runner = ansible_runner.run(
                 private_data_dir=str(private),
                 project_dir=str(ansible_dir),
-                playbook=f"playbooks/{playbook}",
+                binary=str(tethered),
                 inventory=str(inventory),
                 cmdline=cmdline,
                 envvars=envvars,
                 limit=limit,
                 quiet=True,
                 event_handler=on_event,
-                cancel_callback=interrupted.is_set,
+                cancel_callback=cancel,
                 rotate_artifacts=5,
             )
         finally:

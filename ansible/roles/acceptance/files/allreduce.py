@@ -52,6 +52,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import socket
 import statistics
 import sys
@@ -724,8 +725,72 @@ def local_check(args: argparse.Namespace) -> tuple[dict, int]:
     return _finish(doc, problems, world, backend, health)
 
 
+# ---- one check at a time -------------------------------------------------------------------
+
+
+def _is_check(pid: int) -> bool:
+    """``pid`` is a running copy of this script (not a reused pid of something else)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    name = os.path.basename(__file__).encode()
+    return any(os.path.basename(arg) == name for arg in argv[:3])
+
+
+def stop_previous(pidfile: str, grace_s: float = 10.0) -> int | None:
+    """End the check whose pid ``pidfile`` holds, if it still runs; its pid, else None.
+
+    A check outlives an interrupted or killed controller (SSH without a terminal sends no
+    hangup), so the controller stops it through this, and every new check stops an old one.
+    """
+    try:
+        with open(pidfile) as handle:
+            pid = int(handle.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    if pid <= 0 or pid == os.getpid() or not _is_check(pid):
+        return None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _is_check(pid):
+        time.sleep(0.1)
+    if _is_check(pid):
+        os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _claim(pidfile: str) -> None:
+    stop_previous(pidfile)
+    os.makedirs(os.path.dirname(pidfile) or ".", exist_ok=True)
+    with open(pidfile, "w") as handle:
+        handle.write(f"{os.getpid()}\n")
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the launchers' cleanup
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _release(pidfile: str) -> None:
+    try:
+        with open(pidfile) as handle:
+            mine = handle.read().strip() == str(os.getpid())
+        if mine:
+            os.unlink(pidfile)
+    except OSError:
+        pass
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="All-reduce acceptance check.")
+    parser.add_argument(
+        "--pidfile", default="", help="record this check's pid here; an older check there is ended"
+    )
+    parser.add_argument(
+        "--stop", action="store_true", help="only end the check recorded in --pidfile, then exit"
+    )
     parser.add_argument("--sizes-mib", default="", help="comma-separated message sizes in MiB")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
@@ -740,10 +805,21 @@ def main() -> int:
     parser.add_argument("--copy-mib", type=int, default=2048, help="GPU health: copy size")
     parser.add_argument("--health-iters", type=int, default=20)
     args = parser.parse_args()
+    if args.stop:
+        if not args.pidfile:
+            parser.error("--stop needs --pidfile")
+        stopped = stop_previous(args.pidfile)
+        print(f"stopped the check with pid {stopped}" if stopped else "no check was running")
+        return 0
+    if args.pidfile:
+        _claim(args.pidfile)
     try:
         doc, status = local_check(args) if args.launcher == "local" else check(args)
     except Exception as exc:  # report, as JSON, why the check could not run
         doc, status = {"ok": False, "problems": [f"check could not run: {exc!r}"]}, 2
+    finally:
+        if args.pidfile:
+            _release(args.pidfile)
     print(json.dumps(doc))
     if status:
         print("all-reduce check failed: " + "; ".join(doc["problems"]), file=sys.stderr)
