@@ -291,13 +291,14 @@ def _plan(
     json_out: bool,
 ) -> bool:
     """Print the plan; True when Terraform would change something."""
-    from rlinfra.pipeline import audit, prepare
+    from rlinfra.pipeline import audit, env_readers, prepare
 
     out_folder = _out_folder(out)
     from rlinfra.secrets import secret_status
 
     request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
     the_plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
+    readers = env_readers(the_plan)
     summary: dict[str, Any] = {
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
@@ -319,7 +320,18 @@ def _plan(
         "packages": list(the_plan.pins.packages),
         "buckets": the_plan.storage_buckets,
         "ray": the_plan.profile.network.ray.model_dump(),
-        "overrides": [o.__dict__ for o in the_plan.overrides],
+        "overrides": [
+            {
+                **o.__dict__,
+                **(
+                    {"read_by": readers.get(o.field.removeprefix("env."), [])}
+                    if o.field.startswith("env.")
+                    else {}
+                ),
+            }
+            for o in the_plan.overrides
+        ],
+        "env": {name: {"read_by": fields} for name, fields in readers.items()},
         "secrets": [
             {"name": row.name, "required": row.required, "set": row.available}
             for row in secret_status(the_plan.profile, request.overrides.secrets, os.environ)
@@ -368,6 +380,10 @@ def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None
     if the_plan.subnet:
         ui.out.print(f"  subnet {the_plan.subnet}")
     ui.out.print(f"  software: pin set {the_plan.pins.name}: {', '.join(the_plan.pins.packages)}")
+    from rlinfra.pipeline import landing
+
+    for name, fields in summary["env"].items():
+        ui.out.print(f"  env {name}: {landing(fields['read_by'])}")
     if terraform:
         for root, info in summary["terraform"]["roots"].items():
             ui.out.print(f"terraform plan ({root}), saved as {info['plan_file']}:")

@@ -84,9 +84,41 @@ def prepare(
     return plan, secrets
 
 
+def env_readers(plan: Plan) -> dict[str, list[str]]:
+    """Each profile env variable: the settings that read it (empty: the node environment only).
+
+    Every variable is also exported to the nodes (``/opt/rlinfra/node.env``); this says which
+    settings of the run it changes as well.
+    """
+    from rlinfra.plan import BUCKET_ENV
+
+    readers: dict[str, list[str]] = {name: [] for name in plan.profile.env}
+    if plan.profile.workload is not None:
+        from rlinfra.workloads.spec import job_spec
+
+        for name, fields in job_spec(plan).env_readers.items():
+            readers.setdefault(name, []).extend(fields)
+    if BUCKET_ENV in readers and plan.profile.storage:
+        readers[BUCKET_ENV].append("storage bucket names")
+    return readers
+
+
+def landing(readers: list[str]) -> str:
+    if not readers:
+        return "node environment only (no setting reads it)"
+    shown = ", ".join(readers[:4]) + (f" (+{len(readers) - 4} more)" if len(readers) > 4 else "")
+    return f"read by {shown}"
+
+
 def report_overrides(plan: Plan) -> None:
+    readers = env_readers(plan) if any(c.field.startswith("env.") for c in plan.overrides) else {}
     for change in plan.overrides:
-        ui.info(f"override {change.field}: {change.old} -> {change.new} (from the command line)")
+        where = ""
+        if change.field.startswith("env."):
+            where = "; " + landing(readers.get(change.field.removeprefix("env."), []))
+        ui.info(
+            f"override {change.field}: {change.old} -> {change.new} (from the command line){where}"
+        )
     if plan.profile.workload is not None:
         from rlinfra.workloads.spec import job_spec
 

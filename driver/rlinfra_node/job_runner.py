@@ -55,14 +55,30 @@ def secret_fingerprint(value: str) -> str:
     return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
-def plan_steps(spec: Mapping[str, Any]) -> list[tuple[str, list[str], str | None]]:
+def entrypoint(spec: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The training command, with the spec's ``when_secret`` overrides for the secrets given
+    (e.g. ``trainer.logger=[console,wandb]`` once WANDB_API_KEY is there)."""
+    argv = list(spec["entrypoint"])
+    for secret, override in spec.get("when_secret", []):
+        if not env.get(secret):
+            continue
+        key = override.partition("=")[0] + "="
+        argv = [override if arg.startswith(key) else arg for arg in argv]
+        if override not in argv:
+            argv.append(override)
+    return argv
+
+
+def plan_steps(
+    spec: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> list[tuple[str, list[str], str | None]]:
     """(name, argv, done marker) of every command, in the order they run."""
     steps: list[tuple[str, list[str], str | None]] = []
     for step in spec.get("data_steps", []):
         steps.append((step["name"], list(step["argv"]), step.get("done_marker")))
     for step in spec.get("probe_steps", []):
         steps.append((step["name"], list(step["argv"]), None))
-    steps.append(("train", list(spec["entrypoint"]), None))
+    steps.append(("train", entrypoint(spec, env or {}), None))
     for step in spec.get("after_steps", []):
         steps.append((step["name"], list(step["argv"]), None))
     return steps
@@ -81,7 +97,10 @@ def run_job(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         log(f"job_runner: wrote {target}")
-    for name, argv, marker in plan_steps(spec):
+    for secret, override in spec.get("when_secret", []):
+        if env.get(secret):
+            log(f"job_runner: {secret} is given: {override}")
+    for name, argv, marker in plan_steps(spec, env):
         if marker and Path(marker).exists():
             log(f"job_runner: {name}: already done ({marker} exists), skipped")
             continue

@@ -148,6 +148,28 @@ SEARCH_GRPO = items(
     actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16
     actor_rollout_ref.rollout.multi_turn.format=qwen data.shuffle=False
     actor_rollout_ref.hybrid_engine=True
+    data.filter_overlong_prompts=True data.truncation=error
+    actor_rollout_ref.model.use_remove_padding=True
+    actor_rollout_ref.actor.ppo_mini_batch_size=16
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
+    actor_rollout_ref.actor.entropy_coeff=0
+    actor_rollout_ref.model.enable_gradient_checkpointing=True
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.4
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
+    trainer.critic_warmup=0 trainer.val_before_train=False trainer.logger=[console]
+    trainer.total_epochs=1 trainer.n_gpus_per_node=1 trainer.nnodes=1
+    trainer.project_name=search_r1_like_async_rl
+    trainer.experiment_name=qwen2.5-3b-it_rm-searchR1-like-sgl-multiturn
+    """
+)
+# What rlinfra adds to the search recipe: its data and checkpoint paths, and resuming.
+SEARCH_GRPO_RLINFRA = items(
+    """
+    data.train_files=/checkpoints/data/search-r1-small/train.parquet
+    data.val_files=/checkpoints/data/search-r1-small/test.parquet
+    trainer.default_local_dir=/checkpoints trainer.resume_mode=auto
     """
 )
 
@@ -180,6 +202,16 @@ def test_training_command_has_every_reference_override(name: str, reference: lis
     assert not missing, f"{name}: missing or different: {missing}"
     # No key twice, and nothing the pinned Verl config does not know (checked in job_spec).
     assert len(overrides_of(plan_of(name))) == len(spec.overrides)
+
+
+@pytest.mark.parametrize("name", ["search-grpo", "search-grpo-external"])
+def test_search_grpo_overrides_equal_the_recipes(name: str) -> None:
+    """Nothing more and nothing different: the recipe's command line and config, plus paths."""
+    plan = plan_of(name, Overrides(env={"RETRIEVAL_SERVICE_URL": "http://10.0.0.5:8000"}))
+    spec = job_spec(plan)
+    extra = sorted(set(spec.overrides) - set(SEARCH_GRPO) - set(SEARCH_GRPO_RLINFRA))
+    missing = sorted(set(SEARCH_GRPO) - set(spec.overrides))
+    assert not extra and not missing, (extra, missing)
 
 
 def test_ppo_math_fixes_and_after_steps() -> None:

@@ -63,6 +63,10 @@ FIXED_KEYS = (
     "trainer.n_gpus_per_node",
 )
 
+WANDB_SECRET = "WANDB_API_KEY"
+LOGGER_CONSOLE = "[console]"
+LOGGER_WANDB = "[console,wandb]"
+
 _VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
 _BARE_VAR = re.compile(r"\$(?!\{)([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -97,6 +101,11 @@ class JobSpec:
     warnings: tuple[str, ...] = field(default=())
     # Inputs a review may leave out but a run needs (each a one-line refusal for up and run).
     unset: tuple[str, ...] = field(default=())
+    # Overrides that change when a secret reaches the job: (secret, "key=value"). The job
+    # runner swaps them in; e.g. W&B logging when an optional WANDB_API_KEY is given.
+    when_secret: tuple[tuple[str, str], ...] = ()
+    # Which profile fields read each env variable (for `plan`: where an --env lands).
+    env_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -106,6 +115,7 @@ class JobSpec:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("unset")
+        out.pop("env_readers")
         return out
 
     def refuse_unset(self) -> None:
@@ -128,6 +138,7 @@ class _Expander:
         self.variables = dict(variables)
         self.secrets = secrets
         self.from_cli = from_cli
+        self.readers: dict[str, list[str]] = {}
 
     def __call__(self, text: str, where: str) -> str:
         bare = _BARE_VAR.search(text)
@@ -153,6 +164,9 @@ class _Expander:
                 raise ProfileError(
                     self.source, where, f"unknown variable ${{{name}}}", f"Known: {known}."
                 )
+            readers = self.readers.setdefault(name, [])
+            if where not in readers:
+                readers.append(where)
             return self.variables[name]
 
         return _VAR.sub(sub, text)
@@ -314,6 +328,9 @@ def _overrides(
         )
     if _uses_critic(workload, out):
         derived["critic.model.path"] = model
+    if "trainer.logger" not in out and plan.profile.secrets.get(WANDB_SECRET) == "optional":
+        # Console only, unless the run is given the optional W&B key (see wandb_when_given).
+        derived["trainer.logger"] = LOGGER_CONSOLE
     if "TOOL_CONFIG" in expand.variables:
         derived["actor_rollout_ref.rollout.multi_turn.tool_config_path"] = expand.variables[
             "TOOL_CONFIG"
@@ -345,6 +362,18 @@ def _overrides(
                 "Remove the override (rlinfra adds it).",
             )
     return out
+
+
+def wandb_when_given(plan: Plan, overrides: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A profile whose W&B key is optional and that leaves ``trainer.logger`` to rlinfra logs to
+    the console, and to W&B as well when a run is given the key (what the seed recipes do)."""
+    if plan.profile.secrets.get(WANDB_SECRET) != "optional":
+        return ()
+    if overrides.get("trainer.logger") != LOGGER_CONSOLE:
+        return ()
+    if "trainer.logger" in (plan.profile.workload.overrides if plan.profile.workload else {}):
+        return ()
+    return ((WANDB_SECRET, f"trainer.logger={LOGGER_WANDB}"),)
 
 
 def _uses_critic(workload: Workload, overrides: Mapping[str, str]) -> bool:
@@ -558,6 +587,7 @@ def job_spec(plan: Plan) -> JobSpec:
             probe = (*SEARCH_TOOL, "probe", "--url", url, "--tries", "30", "--interval", "5")
             probes.append(Step("probe-retrieval", probe))
 
+    when_secret: tuple[tuple[str, str], ...] = ()
     if workload.type == "search-inference":
         entrypoint = _inference_entrypoint(workload, expand, url)
     else:
@@ -570,6 +600,7 @@ def job_spec(plan: Plan) -> JobSpec:
         for key, value in overrides.items():
             argv.append(key if key.startswith("~") and value in ("", "null") else f"{key}={value}")
         entrypoint = tuple(argv)
+        when_secret = wandb_when_given(plan, overrides)
         warning = _memory_warning(plan, workload, overrides)
         if warning:
             warnings.append(warning)
@@ -592,4 +623,10 @@ def job_spec(plan: Plan) -> JobSpec:
         probe_steps=tuple(probes),
         warnings=tuple(warnings),
         unset=tuple(unset),
+        when_secret=when_secret,
+        env_readers={
+            name: tuple(readers)
+            for name, readers in expand.readers.items()
+            if name in profile.env or name in from_cli
+        },
     )
