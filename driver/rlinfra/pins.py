@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -29,6 +29,31 @@ class PinSet:
     # for a dependency's pin known to be wrong: verl 0.6.0 declares numpy<2, pyarrow wants 2.
     # Honoured by `rlinfra lock` and by the python_env role when it installs plain packages.
     overrides: tuple[str, ...] = ()
+    # Added when the profile runs the retrieval service on its nodes (see with_retrieval).
+    retrieval: tuple[str, ...] = ()
+    retrieval_imports: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def serves_retrieval(self) -> bool:
+        """The set's own packages run the retriever (faiss and an encoder)."""
+        names = {module for module, _ in self.imports}
+        return {"faiss", "sentence_transformers"} <= names
+
+    def with_retrieval(self) -> PinSet:
+        """This set for nodes that also run the retrieval service; itself when it already can.
+
+        Raises ValueError when it cannot (no retrieval packages declared)."""
+        if self.serves_retrieval:
+            return self
+        if not self.retrieval:
+            raise ValueError(f"pin set {self.name} declares no retrieval packages")
+        if self.lock_file.is_file():
+            raise ValueError(f"pin set {self.name} is locked without its retrieval packages")
+        return replace(
+            self,
+            packages=self.packages + self.retrieval,
+            imports=self.imports + self.retrieval_imports,
+        )
 
     @property
     def lock_file(self) -> Path:
@@ -52,5 +77,9 @@ def pin_sets() -> dict[str, PinSet]:
             torch_backend=body.get("torch_backend"),
             platform=body.get("platform"),
             overrides=tuple(body.get("overrides") or ()),
+            retrieval=tuple(body.get("retrieval") or ()),
+            retrieval_imports=tuple(
+                (str(k), str(v)) for k, v in (body.get("retrieval_imports") or {}).items()
+            ),
         )
     return out

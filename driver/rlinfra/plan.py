@@ -152,6 +152,15 @@ def make_plan(
             "Known pin sets: " + ", ".join(pinsets),
         )
     pins = pinsets[profile.software.pin_set]
+    if profile.serving is not None and profile.serving.retrieval is not None:
+        try:
+            pins = pins.with_retrieval()
+        except ValueError as exc:
+            raise UsageError(
+                f"{source}: software.pin_set: {exc}; serving.retrieval runs the retriever "
+                "(faiss, sentence-transformers) in the node venv",
+                "Pick a pin set with retrieval packages (e.g. cpu-retrieval, verl-cu126).",
+            ) from exc
     candidates = profile.resources.accelerator_candidates
     accelerator = candidates[0] if candidates else None
     if len({c.count for c in candidates}) > 1:
