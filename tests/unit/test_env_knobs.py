@@ -133,3 +133,5 @@ def test_a_required_key_or_an_explicit_logger_is_left_alone() -> None:
     assert "trainer.logger=[console,wandb]" in ppo.entrypoint and ppo.when_secret == ()
     multinode = job_spec(plan_of("h100x2", {}))  # optional key, logger set by the profile
     assert "trainer.logger=[console]" in multinode.entrypoint and multinode.when_secret == ()
+    local = job_spec(plan_of("local", {}))  # CPU mode: the console only, key or not
+    assert "trainer.logger=[console]" in local.entrypoint and local.when_secret == ()

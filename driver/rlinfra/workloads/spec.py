@@ -367,8 +367,8 @@ def _overrides(
 def wandb_when_given(plan: Plan, overrides: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """A profile whose W&B key is optional and that leaves ``trainer.logger`` to rlinfra logs to
     the console, and to W&B as well when a run is given the key (what the seed recipes do)."""
-    if plan.profile.secrets.get(WANDB_SECRET) != "optional":
-        return ()
+    if plan.profile.secrets.get(WANDB_SECRET) != "optional" or cpu_mode(plan):
+        return ()  # CPU mode fixes the logger to the console (sandboxes have no network)
     if overrides.get("trainer.logger") != LOGGER_CONSOLE:
         return ()
     if "trainer.logger" in (plan.profile.workload.overrides if plan.profile.workload else {}):
