@@ -243,7 +243,10 @@ def test_check_interrupted_ends_the_all_reduce_on_the_nodes(cluster: Cluster) ->
     try:
         assert _wait(lambda: _all_reduce_on(cluster), 120), proc.communicate(timeout=60)[0]
         (pid,) = _all_reduce_on(cluster)
-        # Hold the check where it is, so that the interrupt finds it running however fast it is.
+        # Once it has recorded itself (in the head's own /opt), hold the check where it is, so
+        # that the interrupt finds it running however fast it is.
+        pidfile = Path(f"/proc/{pid}/root/opt/rlinfra/run/acceptance.pid")
+        assert _wait(lambda: pidfile.is_file() and pidfile.read_text().strip() == str(pid), 60)
         os.kill(pid, signal.SIGSTOP)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
