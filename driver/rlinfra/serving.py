@@ -45,7 +45,8 @@ class RetrievalServing(_Strict):
     )
     corpus_source: str | None = Field(
         default=None,
-        description="URL or path (on the head) of the JSONL(.gz) corpus, fetched when missing.",
+        description="URL or path (on the head) of the JSONL(.gz) corpus, fetched when missing; "
+        "or sample:N[:SEED], the synthetic corpus that ships with rlinfra, made on the node.",
     )
     max_passages: int | None = Field(
         default=None, ge=1, description="Keep the first N passages of the source."
@@ -83,6 +84,14 @@ class RetrievalServing(_Strict):
     def _corpus(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value):
             raise ValueError(f"{value!r}: use letters, digits, '.', '_' and '-' (a folder name)")
+        return value
+
+    @field_validator("corpus_source")
+    @classmethod
+    def _corpus_source(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("sample:"):
+            if not re.fullmatch(r"sample:[1-9][0-9]*(:[0-9]+)?", value):
+                raise ValueError(f"{value!r}: write sample:N or sample:N:SEED (N >= 1)")
         return value
 
     @field_validator("data_dir")

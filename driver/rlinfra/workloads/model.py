@@ -166,6 +166,12 @@ class Inference(_Strict):
         "(GOOGLE_API_KEY, GOOGLE_CSE_ID secrets).",
     )
     max_turns: int = Field(default=2, ge=1, le=32)
+    questions: str | None = Field(
+        default=None,
+        description="JSON lines of questions on the head (question, optional id and "
+        "golden_answers); unset: the sample questions that ship with rlinfra.",
+    )
+    max_new_tokens: int = Field(default=512, ge=1, le=32768, description="Tokens per turn.")
 
 
 class RandomModel(_Strict):

@@ -519,7 +519,14 @@ def _inference_entrypoint(
         inference.search,
         "--max-turns",
         str(inference.max_turns),
+        "--max-new-tokens",
+        str(inference.max_new_tokens),
     ]
+    if inference.questions:
+        argv += ["--questions", expand(inference.questions, "workload.inference.questions")]
+    if "CHECKPOINT_DIR" in expand.variables:
+        # Answers and trajectories land in the bucket.
+        argv += ["--out", expand.variables["CHECKPOINT_DIR"] + "/search_infer"]
     if url is not None and workload.search_tool is not None:
         argv += ["--retrieval-url", f"{url}/retrieve", "--topk", str(workload.search_tool.topk)]
     return tuple(argv)

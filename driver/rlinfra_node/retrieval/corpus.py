@@ -144,6 +144,24 @@ def corpus_meta(settings: Settings) -> dict[str, Any] | None:
     return data
 
 
+SAMPLE_PREFIX = "sample:"
+
+
+def sample_source(source: str) -> tuple[int, int] | None:
+    """``sample:N`` or ``sample:N:SEED``: the synthetic corpus that ships with rlinfra
+    (``rlinfra_node.retrieval.sample``), made on the node; None for any other source."""
+    if not source.startswith(SAMPLE_PREFIX):
+        return None
+    parts = source.removeprefix(SAMPLE_PREFIX).split(":")
+    try:
+        count, seed = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except (ValueError, IndexError):
+        raise CorpusError(f"corpus source {source}: write sample:N or sample:N:SEED") from None
+    if len(parts) > 2 or count < 1 or seed < 0:
+        raise CorpusError(f"corpus source {source}: write sample:N or sample:N:SEED (N >= 1)")
+    return count, seed
+
+
 def ensure_corpus(settings: Settings) -> dict[str, Any]:
     """Fetch the corpus into the data folder unless it is there; returns its marker."""
     meta = corpus_meta(settings)
@@ -154,6 +172,16 @@ def ensure_corpus(settings: Settings) -> dict[str, Any]:
             f"no corpus in {settings.root} and no corpus_source to fetch one from "
             f"(expected {settings.corpus_path.name} and {settings.corpus_meta_path.name})"
         )
+    sampled = sample_source(settings.corpus_source)
+    if sampled is not None:
+        from rlinfra_node.retrieval import sample
+
+        count, seed = sampled
+        log(f"corpus: making {count} sample passages (seed {seed})")
+        write_corpus(sample.passages(count, seed), settings, settings.corpus_source)
+        meta = corpus_meta(settings)
+        assert meta is not None
+        return meta
     log(f"corpus: fetching {settings.corpus_source}")
     try:
         with _open_source(settings.corpus_source) as stream:
