@@ -1,12 +1,16 @@
-"""End to end: the replicated retrieval service on a real local cluster, through the CLI.
+"""End to end: the replicated retrieval service and search inference on a real local cluster.
 
-One cluster of 2 hosts for the whole module (profile retrieval-local with this test's corpus):
-`up` builds the index and deploys 3 Ray Serve replicas over both hosts; known queries through
-the one endpoint (`status --endpoint 8000`) return the expected passage first, parsed the way
-Verl's search tool parses them; a replica's process is killed while a client sends requests
-(the failure window is measured and reported, and must stay bounded) and Serve brings the count
-back to 3; re-running `up` with 2 replicas scales down, and an unchanged re-run changes nothing.
-`down` runs at the end, also on failure.
+One cluster of 2 hosts for the whole module (the shipped profile local-search, with this test's
+corpus in place of the generated sample): `up` builds the index, deploys 3 Ray Serve replicas
+over both hosts and runs the profile's job (a random-weight model made on the head, then the
+Search-R1 loop with transformers on CPU over the sample questions, answers and trajectories in
+the bucket); known queries through the one endpoint (`status --endpoint 8000`) return the
+expected passage first, parsed the way Verl's search tool parses them; the loop, run on the head
+with the model's words scripted (a random model never writes <search>), makes a real /retrieve
+call per question through the cluster's endpoint and records the passages it got; a replica's
+process is killed while a client sends requests (the failure window is measured and reported,
+and must stay bounded) and Serve brings the count back to 3; re-running `up` with 2 replicas
+scales down, and an unchanged re-run changes nothing. `down` runs at the end, also on failure.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def service() -> Iterator[dict[str, Any]]:
     rows += sample.passages(300, seed=3)
     (shared / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    profile = yaml.safe_load((ROOT / "profiles" / "retrieval-local.yaml").read_text())
+    profile = yaml.safe_load((ROOT / "profiles" / "local-search.yaml").read_text())
     profile["serving"]["retrieval"].update(
         corpus_source=str(shared / "corpus.jsonl"), data_dir=str(shared / "data")
     )
@@ -89,7 +93,12 @@ def service() -> Iterator[dict[str, Any]]:
 
     cluster = Cluster(name, home, cli_env(home))
     try:
-        yield {"cluster": cluster, "write_profile": write_profile, "rows": len(rows)}
+        yield {
+            "cluster": cluster,
+            "write_profile": write_profile,
+            "rows": len(rows),
+            "shared": shared,
+        }
     finally:
         if (cluster.folder / "record.json").is_file():
             cluster.run("down", name, "--yes", "--delete-buckets", check=False, timeout=600)
@@ -139,6 +148,73 @@ def test_up_serves_three_replicas_over_two_hosts(service: dict[str, Any]) -> Non
     answer = post(url, {"queries": list(QUERIES), "topk": 3, "return_scores": True})
     assert verl_titles(answer["result"]) == list(QUERIES.values())
     assert all(len(hits) == 3 and "score" in hits[0] for hits in answer["result"])
+
+
+BUCKET = "rlinfra-local-checkpoints"
+HEAD_PYTHON = "/opt/rlinfra/venv/bin/python"
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_search_inference_job_runs_the_real_model(service: dict[str, Any]) -> None:
+    """`up` submitted the profile's job: the model step, the probe, and the loop with the real
+    (random-weight) model on CPU over every sample question, written to the bucket."""
+    cluster: Cluster = service["cluster"]
+    log = cluster.run("logs", cluster.name, "--follow", timeout=1200).stdout
+    assert "job_runner: make-model done" in log or "make-model: already done" in log, log
+    assert "job_runner: probe-retrieval done" in log, log
+    assert "job_runner: train done" in log, log
+    out = cluster.home / "buckets" / BUCKET / "search_infer"
+    questions = jsonl(ROOT / "driver" / "rlinfra_node" / "samples" / "search_questions.jsonl")
+    answers = jsonl(out / "answers.jsonl")
+    assert [a["question"] for a in answers] == [q["question"] for q in questions]
+    assert all(a["error"] is None and a["turns"] >= 1 for a in answers), answers
+    trajectories = jsonl(out / "trajectories.jsonl")
+    # The model's own words, generated on the head (a random model: not a sensible answer).
+    assert all(t["turns"] and t["turns"][0]["text"] for t in trajectories)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is True
+
+
+def test_the_search_loop_calls_the_clusters_retriever(service: dict[str, Any]) -> None:
+    """The loop on the head with the model's words scripted (a random model never writes
+    <search>); the HTTP calls, the cluster's retriever, the passages and the files are real."""
+    cluster: Cluster = service["cluster"]
+    shared: Path = service["shared"]
+    script = [
+        "<think>who painted it</think><search> Who painted the Mona Lisa? </search>",
+        "<answer> Leonardo da Vinci </answer>",
+        "<search> who discovered the first antibiotic </search>",
+        "<answer> Alexander Fleming </answer>",
+    ]
+    (shared / "script.json").write_text(json.dumps(script))
+    argv = [
+        HEAD_PYTHON, "-m", "rlinfra_node.search_infer",
+        "--model", "/checkpoints/models/tiny-qwen2-search",
+        "--scripted-turns", str(shared / "script.json"),
+        "--question", "Who painted the Mona Lisa?",
+        "--question", "Which antibiotic came first?",
+        "--retrieval-url", f"http://127.0.0.1:{PORT}/retrieve", "--topk", "2",
+        "--out", "/checkpoints/search_scripted",
+    ]  # fmt: skip
+    done = cluster.run("exec", cluster.name, "--", " ".join(argv))
+    assert "search_infer:" in done.stdout
+    out = cluster.home / "buckets" / BUCKET / "search_scripted"
+    answers = jsonl(out / "answers.jsonl")
+    assert [a["answer"] for a in answers] == ["Leonardo da Vinci", "Alexander Fleming"]
+    assert [a["searches"] for a in answers] == [1, 1]
+    trajectories = jsonl(out / "trajectories.jsonl")
+    searches = [turn["search"] for t in trajectories for turn in t["turns"] if "search" in turn]
+    assert [s["query"] for s in searches] == [
+        "Who painted the Mona Lisa?",
+        "who discovered the first antibiotic",
+    ]
+    # The passages the cluster's retriever returned, best first, as Verl would title them.
+    firsts = [s["passages"][0]["document"]["contents"].split("\n")[0] for s in searches]
+    assert firsts == ["Mona Lisa", "Penicillin"]
+    assert all(len(s["passages"]) == 2 for s in searches)
 
 
 def test_killed_replica_is_replaced_and_the_failure_window_is_bounded(
@@ -207,6 +283,7 @@ def test_scale_down_by_rerunning_up_then_an_unchanged_rerun_changes_nothing(
     cluster: Cluster = service["cluster"]
     profile = str(service["write_profile"](2))
     argv = ("up", "--profile", profile, "--cluster", cluster.name, "--yes", "--no-check")
+    argv += ("--no-run",)
     scaled = cluster.json(*argv)
     assert isinstance(scaled["ansible_changed"], int) and scaled["ansible_changed"] > 0
     assert len(running(serve_status(cluster))) == 2
