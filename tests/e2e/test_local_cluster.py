@@ -245,8 +245,11 @@ def test_check_interrupted_ends_the_all_reduce_on_the_nodes(cluster: Cluster) ->
         (pid,) = _all_reduce_on(cluster)
         # Once it has recorded itself (in the head's own /opt), hold the check where it is, so
         # that the interrupt finds it running however fast it is.
+        # Hosts have their own pid namespace: the file holds the pid as the head sees it.
+        status = Path(f"/proc/{pid}/status").read_text()
+        inner = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
         pidfile = Path(f"/proc/{pid}/root/opt/rlinfra/run/acceptance.pid")
-        assert _wait(lambda: pidfile.is_file() and pidfile.read_text().strip() == str(pid), 60)
+        assert _wait(lambda: pidfile.is_file() and pidfile.read_text().strip() == inner, 60)
         os.kill(pid, signal.SIGSTOP)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
