@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import __version__, ui
-from rlinfra.clouds import cloud_module
+from rlinfra.clouds import cloud_for
+from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context, Controller, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import (
     RAY_TOKEN_FILE,
@@ -74,7 +75,7 @@ def prepare(
         profile, request.overrides.secrets, environ, source, require=need_secrets
     )
     if account in ("lookup", "require") and needs_account(profile):
-        cloud = cloud_module(profile.cloud)
+        cloud = cloud_for(profile.cloud)
         if account == "require":
             # What needs no cloud call is refused first.
             cloud.check_inputs(plan)
@@ -293,7 +294,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     from rlinfra.runners.terraform import terraform_binary
 
     home = rlinfra_home()
-    cloud = cloud_module(plan.cloud)
+    cloud = cloud_for(plan.cloud)
     terraform_binary()
     folder = (out or deployment_dir(plan.cluster, home)).resolve()
     prices = {c.instance_type: c.hourly for c in plan.choices}
@@ -313,7 +314,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
         )
         write_record(folder, record)
         roots: dict[str, Any] = {}
-        for root in cloud.ROOTS:
+        for root in cloud.roots:
             if root not in cloud.tfvars(plan, ctx):
                 continue
             tf = _terraform(ctx, root)
@@ -357,16 +358,14 @@ def _terraform(ctx: Context, root: str) -> Any:
     return _terraform_at(ctx.deployment_dir, root, ctx.controller.tf_plugin_mirror)
 
 
-def _gone(cloud: Any, tf: Any, root: str) -> list[Any]:
+def _gone(cloud: Cloud, tf: Any, root: str) -> list[Gone]:
     """Resources of the root's state that the cloud lost and Terraform cannot see.
 
     ``tf`` must be initialized.
     """
-    finder = getattr(cloud, "gone_resources", None)
-    if finder is None or not tf.has_state():
+    if not tf.has_state():
         return []
-    found: list[Any] = finder(root, tf.root, tf.state_json())
-    return found
+    return cloud.gone_resources(root, tf.root, tf.state_json())
 
 
 def _replacing(gone: list[Any]) -> list[str]:
@@ -440,7 +439,7 @@ def up(
     from rlinfra.runners.terraform import terraform_binary, terraform_version
 
     home = rlinfra_home()
-    cloud = cloud_module(plan.cloud)
+    cloud = cloud_for(plan.cloud)
     binary = terraform_binary()
     cloud.preflight(plan)
     check_collisions(plan, home)
@@ -463,10 +462,9 @@ def up(
             f"`rlinfra down {plan.cluster} --delete-buckets`.",
         )
     report_overrides(plan)
-    if hasattr(cloud, "check_context"):
-        # Where the cache, wheelhouse and buckets will be: refused before anything is built
-        # or written (the deployment folder, its key and token included).
-        cloud.check_context(plan, paths_context(plan, folder, home))
+    # Where the cache, wheelhouse and buckets will be: refused before anything is built or
+    # written (the deployment folder, its key and token included).
+    cloud.check_context(plan, paths_context(plan, folder, home))
 
     with cluster_lock(folder, "up"):
         ctx = make_context(plan, folder, home, build=True)
@@ -487,7 +485,7 @@ def up(
         write_files(folder, files)
         terraforms = {
             root: _terraform(ctx, root)
-            for root in cloud.ROOTS
+            for root in cloud.roots
             if (folder / "terraform" / root / "terraform.tfvars.json").is_file()
         }
         gone: dict[str, list[Any]] = {}
@@ -745,9 +743,9 @@ def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
     buckets = list(record.get("buckets") or [])
     cloud = str(record.get("cloud") or "local")
     contents: dict[str, int] = {}
-    module = cloud_module(cloud)
-    if delete_buckets and hasattr(module, "bucket_versions"):
-        contents = {bucket: module.bucket_versions(folder, bucket) for bucket in buckets}
+    provider = cloud_for(cloud)
+    if delete_buckets and provider.empties_buckets:
+        contents = {bucket: provider.bucket_versions(folder, bucket) for bucket in buckets}
     return DownPlan(
         cluster, folder, hosts_from_record(record), buckets, delete_buckets, cloud, contents
     )
@@ -767,14 +765,14 @@ def down(todo: DownPlan) -> None:
         (folder / "ssh" / "known_hosts").unlink(missing_ok=True)
         storage_root = folder / "terraform" / "storage"
         if todo.delete_buckets and storage_root.is_dir():
-            module = cloud_module(todo.cloud)
-            if hasattr(module, "empty_bucket"):
+            provider = cloud_for(todo.cloud)
+            if provider.empties_buckets:
                 # Buckets are made with force_destroy = false: their data goes first, as shown
                 # and confirmed, so Terraform never stops halfway on a non-empty bucket.
                 for bucket in todo.buckets:
                     if todo.contents.get(bucket):
                         ui.info(
-                            f"deleted {module.empty_bucket(folder, bucket)} object version(s) of {bucket}"
+                            f"deleted {provider.empty_bucket(folder, bucket)} object version(s) of {bucket}"
                         )
             tf = _terraform_at(folder, "storage")
             if tf.has_state():

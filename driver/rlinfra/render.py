@@ -15,7 +15,7 @@ import yaml
 
 from rlinfra import __version__
 from rlinfra.assets import asset_dir
-from rlinfra.clouds import cloud_module
+from rlinfra.clouds import cloud_for
 from rlinfra.context import Context
 from rlinfra.lock import current_lock
 from rlinfra.plan import Plan
@@ -145,13 +145,13 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     }
     base.update(_host_vars(plan))
     base.update(_retrieval_vars(plan))
-    base.update(cloud_module(plan.cloud).ansible_vars(plan, ctx))
+    base.update(cloud_for(plan.cloud).ansible_vars(plan, ctx))
     return base
 
 
 def render(plan: Plan, ctx: Context) -> dict[str, str]:
     """All files of the deployment folder that come from the plan, by relative path."""
-    cloud = cloud_module(plan.cloud)
+    cloud = cloud_for(plan.cloud)
     header = GENERATED.format(source=plan.source)
     files: dict[str, str] = {}
 
@@ -159,7 +159,7 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
     files["profile.yaml"] = header + _dump_yaml(resolved)
 
     tfvars = cloud.tfvars(plan, ctx)
-    for root, modules in cloud.ROOTS.items():
+    for root, modules in cloud.roots.items():
         if root not in tfvars:
             continue
         prefix = f"terraform/{root}"

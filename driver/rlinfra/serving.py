@@ -89,9 +89,9 @@ class RetrievalServing(_Strict):
     @field_validator("corpus_source")
     @classmethod
     def _corpus_source(cls, value: str | None) -> str | None:
-        if value is not None and value.startswith("sample:"):
-            if not re.fullmatch(r"sample:[1-9][0-9]*(:[0-9]+)?", value):
-                raise ValueError(f"{value!r}: write sample:N or sample:N:SEED (N >= 1)")
+        sample = value is not None and value.startswith("sample:")
+        if sample and not re.fullmatch(r"sample:[1-9][0-9]*(:[0-9]+)?", str(value)):
+            raise ValueError(f"{value!r}: write sample:N or sample:N:SEED (N >= 1)")
         return value
 
     @field_validator("data_dir")

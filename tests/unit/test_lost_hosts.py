@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rlinfra.clouds import local
+from rlinfra.clouds.base import Gone
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.pipeline import _require_replacements
 
@@ -89,7 +90,7 @@ def test_a_lost_node_alone_is_replaced(root: Path) -> None:
     mark(root, "gone-rl-abcd-1")
     found = local.gone_resources("cluster", root, state(node(0), node(1)))
     assert found == [
-        local.Gone("module.cluster.terraform_data.node[1]", "node c-1", "its sshd is not running")
+        Gone("module.cluster.terraform_data.node[1]", "node c-1", "its sshd is not running")
     ]
 
 
@@ -138,7 +139,7 @@ def change(address: str, *actions: str) -> dict[str, Any]:
 
 
 def lost(rank: int) -> Any:
-    return local.Gone(f"module.cluster.terraform_data.node[{rank}]", f"node c-{rank}", "gone")
+    return Gone(f"module.cluster.terraform_data.node[{rank}]", f"node c-{rank}", "gone")
 
 
 def test_a_saved_plan_must_replace_every_host_lost_since(tmp_path: Path) -> None:

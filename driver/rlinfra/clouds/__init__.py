@@ -1,34 +1,30 @@
-"""One module per cloud, each with the same small surface.
+"""Clouds: one class each, behind the interface declared in ``clouds/base.py``.
 
-A cloud module provides:
-
-- ``ROOTS``: Terraform roots it renders, each with the modules copied into it;
-- ``tfvars(plan, ctx)``: variables per root (pure);
-- ``ansible_vars(plan, ctx)``: role variables that differ on this cloud (pure);
-- ``preflight(plan)``: read-only checks of the world before anything is created;
-- ``hosts_from_outputs(outputs)``: the inventory from ``terraform output -json``.
+``cloud_for(name)`` gives the cloud a profile names; adding a cloud is a module here with a
+``CLOUD`` instance of a :class:`~rlinfra.clouds.base.Cloud` subclass, its Terraform modules, and
+its storage tasks, plus its name in ``SUPPORTED``.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
+from typing import TYPE_CHECKING
 
 from rlinfra.errors import UsageError
+
+if TYPE_CHECKING:
+    from rlinfra.clouds.base import Cloud
 
 # The clouds this version deploys; a profile naming another is refused at `validate`.
 SUPPORTED = ("local", "aws")
 
 
-def cloud_module(name: str) -> ModuleType:
-    if name == "local":
-        from rlinfra.clouds import local
-
-        return local
-    if name == "aws":
-        from rlinfra.clouds import aws
-
-        return aws
-    raise UsageError(
-        f"cloud {name!r} cannot be deployed by this version of rlinfra",
-        "Supported clouds: " + ", ".join(SUPPORTED) + ".",
-    )
+def cloud_for(name: str) -> Cloud:
+    """The cloud called ``name`` (its module is imported on first use)."""
+    if name not in SUPPORTED:
+        raise UsageError(
+            f"cloud {name!r} cannot be deployed by this version of rlinfra",
+            "Supported clouds: " + ", ".join(SUPPORTED) + ".",
+        )
+    cloud: Cloud = importlib.import_module(f"rlinfra.clouds.{name}").CLOUD
+    return cloud

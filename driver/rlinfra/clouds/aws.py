@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan
@@ -217,3 +218,37 @@ def empty_bucket(folder: Path, bucket: str) -> int:
             s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
             deleted += len(chunk)
     return deleted
+
+
+class AwsCloud(Cloud):
+    """GPU instances in a VPC with a cluster placement group; buckets in S3."""
+
+    name = "aws"
+    roots = ROOTS
+
+    def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+        return tfvars(plan, ctx)
+
+    def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
+        return ansible_vars(plan, ctx)
+
+    def check_inputs(self, plan: Plan) -> None:
+        check_inputs(plan)
+
+    def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
+        return account_id(environ, required)
+
+    def preflight(self, plan: Plan) -> None:
+        preflight(plan)
+
+    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
+        return hosts_from_outputs(outputs)
+
+    def bucket_versions(self, folder: Path, bucket: str) -> int:
+        return bucket_versions(folder, bucket)
+
+    def empty_bucket(self, folder: Path, bucket: str) -> int:
+        return empty_bucket(folder, bucket)
+
+
+CLOUD = AwsCloud()

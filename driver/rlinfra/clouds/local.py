@@ -10,10 +10,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context
 from rlinfra.controller import pycache_dir
 from rlinfra.errors import OperationError, UsageError
@@ -137,15 +137,6 @@ def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
     ]
 
 
-@dataclass(frozen=True)
-class Gone:
-    """A resource of Terraform's state whose bridge or host is no longer on this machine."""
-
-    address: str
-    what: str
-    reason: str
-
-
 def gone_resources(root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
     """What the state holds but this machine lost: after a restart, or a host's sshd killed.
 
@@ -220,3 +211,38 @@ def _check(script: Path, command: str, env: dict[str, str]) -> str | None:
         return result.stdout.strip().splitlines()[-1]
     detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
     raise OperationError(f"{script} {command} failed (exit {result.returncode}): {detail}")
+
+
+class LocalCloud(Cloud):
+    """Hosts in network namespaces on this machine; buckets are folders under rlinfra's home."""
+
+    name = "local"
+    roots = ROOTS
+
+    def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+        return tfvars(plan, ctx)
+
+    def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
+        return ansible_vars(plan, ctx)
+
+    def check_inputs(self, plan: Plan) -> None:
+        check_inputs(plan)
+
+    def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
+        account_id(environ, required)
+        return None
+
+    def preflight(self, plan: Plan) -> None:
+        preflight(plan)
+
+    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
+        return hosts_from_outputs(outputs)
+
+    def check_context(self, plan: Plan, ctx: Context) -> None:
+        check_context(plan, ctx)
+
+    def gone_resources(self, root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
+        return gone_resources(root, root_dir, state)
+
+
+CLOUD = LocalCloud()

@@ -1,0 +1,98 @@
+"""What rlinfra asks of a cloud: one declared interface, required and optional operations.
+
+A cloud is a class deriving from :class:`Cloud` in a module of its own under ``clouds/``, its
+Terraform modules under ``terraform/modules/`` (named by ``roots``) and, when it mounts buckets,
+its tasks in the storage role. The pipeline calls only what is declared here:
+
+required (abstract)
+    ``tfvars``, ``ansible_vars``, ``check_inputs``, ``account_id``, ``preflight``,
+    ``hosts_from_outputs``, and the ``name``/``roots`` attributes.
+optional (the defaults say "nothing to do" or "not offered")
+    ``check_context`` (refuse cache/home placements before anything is built),
+    ``gone_resources`` (state entries the world lost, for Terraform to replace),
+    ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
+    removes; a cloud that offers one offers both).
+
+Every operation but ``preflight``, ``account_id`` and the bucket operations is pure (reads the
+plan and context, calls nothing outside the process).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from rlinfra.context import Context
+    from rlinfra.plan import Plan
+    from rlinfra.render import Host
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A resource of Terraform's state that the world no longer has (Terraform replaces it)."""
+
+    address: str
+    what: str
+    reason: str
+
+
+class Cloud(ABC):
+    """One cloud's part of a deployment. Instances hold no state; one per cloud."""
+
+    name: ClassVar[str]
+    # Terraform roots rendered per cluster (in order), each with the modules copied into it.
+    roots: ClassVar[Mapping[str, tuple[str, ...]]]
+
+    # -- required
+
+    @abstractmethod
+    def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+        """Terraform variables per root (``terraform.tfvars.json``). Pure."""
+
+    @abstractmethod
+    def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
+        """Role variables that differ on this cloud. Pure."""
+
+    @abstractmethod
+    def check_inputs(self, plan: Plan) -> None:
+        """Refuse (UsageError) what `up` needs that the profile and flags alone decide."""
+
+    @abstractmethod
+    def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
+        """The account (or project) that default bucket names derive from; None when it has
+        none or cannot be known without credentials (and ``required`` is false)."""
+
+    @abstractmethod
+    def preflight(self, plan: Plan) -> None:
+        """Read-only checks of the world before anything is created; UsageError to refuse."""
+
+    @abstractmethod
+    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
+        """The inventory from the cluster root's ``terraform output -json``."""
+
+    # -- optional
+
+    def check_context(self, plan: Plan, ctx: Context) -> None:
+        """Refuse placements of rlinfra's home, cache or buckets this cloud cannot use."""
+        return None
+
+    def gone_resources(self, root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
+        """Entries of a root's state that the world lost (and Terraform cannot see)."""
+        return []
+
+    @property
+    def empties_buckets(self) -> bool:
+        """Whether ``bucket_versions``/``empty_bucket`` are offered."""
+        return type(self).bucket_versions is not Cloud.bucket_versions
+
+    def bucket_versions(self, folder: Path, bucket: str) -> int:
+        """Object versions (and delete markers) in ``bucket``; 0 when it is gone."""
+        raise NotImplementedError(f"the {self.name} cloud does not count bucket contents")
+
+    def empty_bucket(self, folder: Path, bucket: str) -> int:
+        """Delete every object version of ``bucket`` (after `down` asked); how many went."""
+        raise NotImplementedError(f"the {self.name} cloud does not empty buckets")

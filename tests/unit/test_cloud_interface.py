@@ -1,0 +1,47 @@
+"""Every cloud is a complete implementation of the declared interface (clouds/base.py)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from rlinfra.clouds import SUPPORTED, cloud_for
+from rlinfra.clouds.base import Cloud
+from rlinfra.errors import UsageError
+
+MODULES = Path(__file__).resolve().parents[2] / "terraform" / "modules"
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_each_cloud_implements_every_required_operation(name: str) -> None:
+    cloud = cloud_for(name)
+    assert isinstance(cloud, Cloud) and cloud.name == name
+    assert not inspect.isabstract(type(cloud))
+    assert list(cloud.roots) == ["storage", "cluster"]
+    for modules in cloud.roots.values():
+        for module in modules:
+            assert (MODULES / module / "main.tf").is_file(), module
+    # Optional bucket operations come in pairs.
+    overrides = {
+        op: getattr(type(cloud), op) is not getattr(Cloud, op)
+        for op in ("bucket_versions", "empty_bucket")
+    }
+    assert len(set(overrides.values())) == 1, overrides
+    assert cloud.empties_buckets == overrides["bucket_versions"]
+
+
+def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
+    local = cloud_for("local")
+    assert local.empties_buckets is False
+    with pytest.raises(NotImplementedError):
+        local.bucket_versions(tmp_path, "b")
+    assert cloud_for("aws").empties_buckets is True
+    assert cloud_for("aws").gone_resources("cluster", tmp_path, {"values": {}}) == []
+
+
+def test_an_unsupported_cloud_is_refused() -> None:
+    with pytest.raises(UsageError) as caught:
+        cloud_for("gcp")
+    assert "Supported clouds: local, aws." in str(caught.value.hint)
