@@ -7,17 +7,14 @@ unit-tested from a profile alone.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import SUPPORTED as SUPPORTED_CLOUDS
+from rlinfra.clouds.base import Candidate
 from rlinfra.errors import UsageError
 from rlinfra.pins import PinSet, pin_sets
 from rlinfra.profile import BUCKET_NAME_RE, Override, Profile, check_cluster_name
-
-LOCAL_SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,7 @@ class Plan:
     overrides: tuple[Override, ...] = ()
     secret_names: tuple[str, ...] = field(default_factory=tuple)
     # Cloud machines: the chosen type first, then the other candidates, with prices.
-    choices: tuple[Any, ...] = ()
+    choices: tuple[Candidate, ...] = ()
     # Bucket names, one per storage entry (see bucket_names).
     buckets: tuple[str, ...] = ()
 
@@ -117,16 +114,6 @@ def needs_account(profile: Profile) -> bool:
     )
 
 
-def local_subnet(cluster: str) -> str:
-    """A stable /24 for a local cluster, derived from its name (inside 10.213.0.0/16).
-
-    Third octets 240-255 are left for tests and explicit profile subnets.
-    """
-    digest = hashlib.sha256(cluster.encode()).digest()
-    third = 16 + digest[0] % 224
-    return f"10.213.{third}.0/24"
-
-
 def make_plan(
     profile: Profile,
     source: str,
@@ -162,13 +149,10 @@ def make_plan(
                 "Pick a pin set with retrieval packages (e.g. cpu-retrieval, verl-cu126).",
             ) from exc
     candidates = profile.resources.accelerator_candidates
-    accelerator = candidates[0] if candidates else None
     if len({c.count for c in candidates}) > 1:
         raise UsageError(
             f"{source}: resources.accelerators: candidates must have the same GPU count per node"
         )
-
-    subnet: str | None = None
     names = bucket_names(profile, account)
     if len(set(names)) != len(names):
         raise UsageError(f"{source}: storage: two entries name the same bucket")
@@ -179,26 +163,9 @@ def make_plan(
                 + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
                 "3-63 characters: lowercase letters, digits, '.', '-'.",
             )
-    if profile.cloud == "local":
-        if candidates:
-            raise UsageError(
-                f"{source}: resources.accelerators: the local cloud has no GPUs",
-                "Remove resources.accelerators, or pick a cloud that has them.",
-            )
-        subnet = profile.network.subnet or local_subnet(name)
-        net = ipaddress.IPv4Network(subnet)
-        if net.prefixlen != 24 or not net.subnet_of(LOCAL_SUPERNET):
-            raise UsageError(
-                f"{source}: network.subnet: the local cloud needs a /24 inside {LOCAL_SUPERNET}"
-            )
-        if profile.resources.num_nodes > 64:
-            raise UsageError(f"{source}: resources.num_nodes: the local cloud makes at most 64")
+    from rlinfra.clouds import cloud_for
 
-    choices: tuple[Any, ...] = ()
-    if profile.cloud == "aws":
-        choices = aws_choices(profile, source, offered)
-        if choices[0].accelerator is not None:
-            accelerator = choices[0].accelerator
+    site = cloud_for(profile.cloud).site(profile, source, name, offered)
 
     nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
     plan = Plan(
@@ -206,13 +173,13 @@ def make_plan(
         profile=profile,
         source=source,
         nodes=nodes,
-        accelerator=accelerator,
+        accelerator=site.accelerator,
         pins=pins,
-        subnet=subnet,
+        subnet=site.subnet,
         overrides=overrides,
         secret_names=tuple(sorted(profile.secrets)),
-        choices=choices,
-        buckets=bucket_names(profile, account),
+        choices=site.choices,
+        buckets=names,
     )
     if profile.workload is not None:
         # Checked before anything is spent: Verl override keys, GPU needs, variables.
@@ -220,30 +187,3 @@ def make_plan(
 
         job_spec(plan)
     return plan
-
-
-def aws_choices(profile: Profile, source: str, offered: set[str] | None) -> tuple[Any, ...]:
-    """Instance types for an AWS profile, cheapest first (from the packaged catalog)."""
-    from rlinfra.clouds.aws_catalog import _choice, choose, load_catalog
-
-    res = profile.resources
-    region = profile.region or "us-east-1"
-    catalog = load_catalog()
-    try:
-        if res.instance_type:
-            if region not in catalog.regions:
-                raise ValueError(f"region {region!r} is not in rlinfra's AWS catalog")
-            return (_choice(catalog.get(res.instance_type), region, res.spot),)
-        return tuple(
-            choose(
-                res.accelerator_candidates or None,
-                region,
-                res.cpus,
-                res.memory_gb,
-                offered,
-                spot=res.spot,
-                catalog=catalog,
-            )
-        )
-    except ValueError as exc:
-        raise UsageError(f"{source}: resources: {exc}") from None

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlinfra.clouds.local import local_subnet
 from rlinfra.context import Context, Controller
 from rlinfra.errors import UsageError
-from rlinfra.plan import local_subnet, make_plan
+from rlinfra.plan import make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import Host, render, render_inventory
 from rlinfra.secrets import resolve_secrets

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds.base import Cloud
+from rlinfra.clouds.base import Cloud, Site
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan
+from rlinfra.profile import Profile
 from rlinfra.render import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {
@@ -29,6 +30,44 @@ DEFAULT_REGION = "us-east-1"
 
 def region(plan: Plan) -> str:
     return plan.profile.region or DEFAULT_REGION
+
+
+def site(profile: Profile, source: str, offered: set[str] | None) -> Site:
+    """Instance types that meet the profile, cheapest first (from the packaged catalog); the
+    accelerator is the chosen type's."""
+    from rlinfra.clouds.aws_catalog import Choice, choice_for, choose, load_catalog
+
+    res = profile.resources
+    candidates = res.accelerator_candidates
+    if len({c.count for c in candidates}) > 1:
+        raise UsageError(
+            f"{source}: resources.accelerators: candidates must have the same GPU count per node"
+        )
+    region_name = profile.region or DEFAULT_REGION
+    catalog = load_catalog()
+    try:
+        if res.instance_type:
+            if region_name not in catalog.regions:
+                raise ValueError(f"region {region_name!r} is not in rlinfra's AWS catalog")
+            choices: tuple[Choice, ...] = (
+                choice_for(catalog.get(res.instance_type), region_name, res.spot),
+            )
+        else:
+            choices = tuple(
+                choose(
+                    candidates or None,
+                    region_name,
+                    res.cpus,
+                    res.memory_gb,
+                    offered,
+                    spot=res.spot,
+                    catalog=catalog,
+                )
+            )
+    except ValueError as exc:
+        raise UsageError(f"{source}: resources: {exc}") from None
+    accelerator = choices[0].accelerator or (candidates[0] if candidates else None)
+    return Site(accelerator=accelerator, choices=choices)
 
 
 def _common(plan: Plan, ctx: Context) -> dict[str, Any]:
@@ -225,6 +264,9 @@ class AwsCloud(Cloud):
 
     name = "aws"
     roots = ROOTS
+
+    def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
+        return site(profile, source, offered)
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         return tfvars(plan, ctx)

@@ -154,7 +154,8 @@ def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
     return parse_catalog(yaml.safe_load(path.read_text()))
 
 
-def _choice(t: InstanceType, region: str, spot: bool) -> Choice:
+def choice_for(t: InstanceType, region: str, spot: bool) -> Choice:
+    """``t`` in ``region``, priced (spot price ranks it when ``spot`` and known)."""
     price = t.prices[region]
     return Choice(
         instance_type=t.name,
@@ -249,5 +250,5 @@ def choose(
             f"{', '.join(t.name for t in in_region)}"
         )
 
-    choices = {t.name: _choice(t, region, spot) for t in available}
+    choices = {t.name: choice_for(t, region, spot) for t in available}
     return sorted(choices.values(), key=lambda c: (c.hourly, c.instance_type))

@@ -5,7 +5,8 @@ Terraform modules under ``terraform/modules/`` (named by ``roots``) and, when it
 its tasks in the storage role. The pipeline calls only what is declared here:
 
 required (abstract)
-    ``tfvars``, ``ansible_vars``, ``check_inputs``, ``account_id``, ``preflight``,
+    ``site`` (machines, accelerator, network: the cloud's decisions in the plan), ``tfvars``,
+    ``ansible_vars``, ``check_inputs``, ``account_id``, ``preflight``,
     ``hosts_from_outputs``, and the ``name``/``roots`` attributes.
 optional (the defaults say "nothing to do" or "not offered")
     ``check_context`` (refuse cache/home placements before anything is built),
@@ -23,12 +24,38 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    from rlinfra.accelerators import Accelerator
     from rlinfra.context import Context
     from rlinfra.plan import Plan
+    from rlinfra.profile import Profile
     from rlinfra.render import Host
+
+
+class Candidate(Protocol):
+    """A machine a cloud offers for the profile, with its price (plan shows them all)."""
+
+    @property
+    def instance_type(self) -> str: ...
+
+    @property
+    def accelerator(self) -> Accelerator | None: ...
+
+    @property
+    def hourly(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a cluster goes on its cloud, decided from the profile alone (``Cloud.site``)."""
+
+    accelerator: Accelerator | None
+    # The cluster's private network (the local cloud's bridge); None where the cloud picks.
+    subnet: str | None = None
+    # Machines that meet the profile, the chosen one first, then the others by price.
+    choices: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +75,12 @@ class Cloud(ABC):
     roots: ClassVar[Mapping[str, tuple[str, ...]]]
 
     # -- required
+
+    @abstractmethod
+    def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
+        """Machines, accelerator and network for the profile, from the cloud's catalog (pure;
+        ``offered``: instance types the zone offers, when a preflight asked). UsageError for a
+        profile the cloud cannot serve, naming the field."""
 
     @abstractmethod
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:

@@ -6,6 +6,8 @@ Ansible, Ray and collectives run across real addresses without any cloud account
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -13,11 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds.base import Cloud, Gone
+from rlinfra.clouds.base import Cloud, Gone, Site
 from rlinfra.context import Context
 from rlinfra.controller import pycache_dir
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
+from rlinfra.profile import Profile
 from rlinfra.render import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {
@@ -29,6 +32,41 @@ ROOTS: dict[str, tuple[str, ...]] = {
 HOST_SCRIPT = Path("modules") / "local_cluster" / "scripts" / "host.sh"
 
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "sshd": "openssh-server"}
+
+# Every local cluster's bridge is a /24 in here.
+LOCAL_SUPERNET = ipaddress.IPv4Network("10.213.0.0/16")
+# More hosts than this on one machine is a mistake, not a cluster.
+MAX_NODES = 64
+
+
+def local_subnet(cluster: str) -> str:
+    """A stable /24 for a local cluster, derived from its name (inside 10.213.0.0/16).
+
+    Third octets 240-255 are left for tests and explicit profile subnets.
+    """
+    digest = hashlib.sha256(cluster.encode()).digest()
+    third = 16 + digest[0] % 224
+    return f"10.213.{third}.0/24"
+
+
+def site(profile: Profile, source: str, cluster: str) -> Site:
+    """No machines to choose: hosts on this machine, on the profile's or a derived /24."""
+    if profile.resources.accelerator_candidates:
+        raise UsageError(
+            f"{source}: resources.accelerators: the local cloud has no GPUs",
+            "Remove resources.accelerators, or pick a cloud that has them.",
+        )
+    subnet = profile.network.subnet or local_subnet(cluster)
+    net = ipaddress.IPv4Network(subnet)
+    if net.prefixlen != 24 or not net.subnet_of(LOCAL_SUPERNET):
+        raise UsageError(
+            f"{source}: network.subnet: the local cloud needs a /24 inside {LOCAL_SUPERNET}"
+        )
+    if profile.resources.num_nodes > MAX_NODES:
+        raise UsageError(
+            f"{source}: resources.num_nodes: the local cloud makes at most {MAX_NODES}"
+        )
+    return Site(accelerator=None, subnet=subnet)
 
 
 def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
@@ -218,6 +256,9 @@ class LocalCloud(Cloud):
 
     name = "local"
     roots = ROOTS
+
+    def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
+        return site(profile, source, cluster)
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         return tfvars(plan, ctx)
