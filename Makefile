@@ -74,8 +74,8 @@ test-ansible: deps ## Ansible roles: lint, real runs against namespaced hosts, i
 test-e2e: deps ## End to end: rlinfra up/status/check/exec/down on 2 local hosts
 	$(PYTEST) tests/e2e -q
 
-test: deps lint ## Set up and run every test
-	$(PYTEST) tests -q
+test: deps lint ## Set up and run every test (the 25 slowest are listed at the end)
+	$(PYTEST) tests -q --durations=25
 
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
