@@ -6,6 +6,7 @@ that need them, so `rlinfra --help` starts fast.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -87,8 +88,8 @@ def _request(
     if profile is None and cluster is not None:
         check_cluster_name(cluster)
         record = read_record(deployment_dir(cluster))
-        if record and record.get("source"):
-            profile = record["source"]
+        if record and record.source:
+            profile = record.source
     overrides = Overrides(
         num_nodes=num_nodes,
         env=parse_env_pairs(env or []),
@@ -542,12 +543,18 @@ def run(
     from rlinfra.workloads.spec import job_spec
 
     _, record = require_cluster(cluster)
-    the_plan, secrets = prepare(_request(None, cluster, None, env, secret, None), os.environ)
-    if record.get("num_nodes") not in (None, the_plan.num_nodes):
-        # The cluster was made with --num-nodes: the job runs on the nodes it has.
-        the_plan, secrets = prepare(
-            _request(None, cluster, record["num_nodes"], env, secret, None), os.environ
-        )
+    request = _request(None, cluster, None, env, secret, None)
+    if record.resolved_profile is not None:
+        # The profile as `up` resolved it (its --num-nodes, --env, ...), not the file today.
+        request = dataclasses.replace(request, resolved=record.resolved_profile)
+        the_plan, secrets = prepare(request, os.environ)
+    else:  # a cluster made before records kept the profile
+        the_plan, secrets = prepare(request, os.environ)
+        if record.num_nodes not in (None, the_plan.num_nodes):
+            # The cluster was made with --num-nodes: the job runs on the nodes it has.
+            the_plan, secrets = prepare(
+                _request(None, cluster, record.num_nodes, env, secret, None), os.environ
+            )
     if the_plan.profile.workload is None:
         raise UsageError(
             f"{the_plan.source}: workload: the profile of {cluster!r} has no workload to run"
@@ -694,10 +701,10 @@ def _lock_note(lock: dict[str, Any] | None, short: bool) -> str:
 
 
 def _node(cluster: str, node: int) -> tuple[Path, Any]:
-    from rlinfra.deploy import hosts_from_record, require_cluster
+    from rlinfra.deploy import require_cluster
 
     folder, record = require_cluster(cluster)
-    hosts = hosts_from_record(record)
+    hosts = list(record.hosts)
     if not hosts:
         raise UsageError(f"cluster {cluster!r} is down")
     if not 0 <= node < len(hosts):
@@ -715,12 +722,12 @@ def exec_(
     """Run a command on a node with the node environment (RLINFRA_*, SKYPILOT_*) loaded."""
     import shlex
 
-    from rlinfra.deploy import hosts_from_record, require_cluster
+    from rlinfra.deploy import require_cluster
     from rlinfra.runners import ssh
 
     text = command[0] if len(command) == 1 else shlex.join(command)
     folder, record = require_cluster(cluster)
-    hosts = hosts_from_record(record) if all_nodes else [_node(cluster, node)[1]]
+    hosts = list(record.hosts) if all_nodes else [_node(cluster, node)[1]]
     worst = 0
     for host in hosts:
         if all_nodes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import enum
 import fcntl
 import json
 import os
@@ -11,9 +12,10 @@ import re
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlinfra.context import rlinfra_home
 from rlinfra.errors import ClusterBusyError, OperationError, UsageError
@@ -135,49 +137,104 @@ def ensure_ray_token(folder: Path) -> Path:
 
 # ---------------------------------------------------------------- record
 
+RECORD_VERSION = 1
+# Ray's dashboard port when a record predates the `ray` entry (Ray's own default).
+DEFAULT_DASHBOARD_PORT = 8265
+
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def read_record(folder: Path) -> dict[str, Any] | None:
+class Stage(str, enum.Enum):
+    """How far a cluster got: each command moves it on and records it before going further."""
+
+    PLANNED = "planned"  # `plan` wrote the deployment folder
+    RENDERED = "rendered"  # `up` wrote its files; nothing applied yet
+    INFRASTRUCTURE = "infrastructure"  # Terraform applied; hosts known
+    READY = "ready"  # configured and (unless skipped) checked
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    DOWN = "down"
+
+
+class Record(BaseModel):
+    """What rlinfra knows of a cluster after a command (``record.json``), versioned.
+
+    Every command after `up` starts from it: the hosts, the ports, the buckets, and the profile
+    exactly as `up` resolved it (overrides applied), so `run` does not re-read a profile file
+    that may have changed since. Older records (without ``schema_version``) read as version 1.
+    """
+
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+    schema_version: int = RECORD_VERSION
+    cluster: str = ""
+    cloud: str = "local"
+    profile: str | None = None
+    source: str | None = None
+    # The profile as `up` resolved it (after --env, --num-nodes, ...), as data.
+    resolved_profile: dict[str, Any] | None = None
+    task_id: str | None = None
+    subnet: str | None = None
+    buckets: list[str] = Field(default_factory=list)
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    ray: dict[str, Any] = Field(default_factory=dict)
+    services: list[dict[str, Any]] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)
+    stage: Stage = Stage.PLANNED
+    error: str | None = None
+    hosts: list[Host] = Field(default_factory=list)
+    ansible_digest: str | None = None
+    check: dict[str, Any] | None = None
+    jobs: list[dict[str, Any]] = Field(default_factory=list)
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @property
+    def dashboard_port(self) -> int:
+        return int(self.ray.get("dashboard_port", DEFAULT_DASHBOARD_PORT))
+
+    def with_(self, **fields: Any) -> Record:
+        """A validated copy with ``fields`` changed."""
+        return Record.model_validate({**self.model_dump(), **fields})
+
+
+def read_record(folder: Path) -> Record | None:
     path = folder / "record.json"
     if not path.is_file():
         return None
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    try:
+        return Record.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise OperationError(
+            f"{path}: not a cluster record rlinfra can read: {exc.errors()[0]['msg']}",
+            "It was written by another rlinfra version, or edited by hand.",
+        ) from None
 
 
-def write_record(folder: Path, record: dict[str, Any]) -> None:
-    record = dict(record)
-    record["updated_at"] = _now()
-    record.setdefault("created_at", record["updated_at"])
+def write_record(folder: Path, record: Record) -> Record:
+    now = _now()
+    record = record.with_(updated_at=now, created_at=record.created_at or now)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "record.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    data = record.model_dump(mode="json")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(folder / "record.json")
-
-
-def update_record(folder: Path, **fields: Any) -> dict[str, Any]:
-    record = read_record(folder) or {}
-    record.update(fields)
-    write_record(folder, record)
     return record
+
+
+def update_record(folder: Path, **fields: Any) -> Record:
+    record = read_record(folder) or Record(cluster=folder.name)
+    return write_record(folder, record.with_(**fields))
 
 
 def new_task_id(cluster: str) -> str:
     return f"{cluster}-{uuid.uuid4().hex[:12]}"
 
 
-def hosts_to_record(hosts: list[Host]) -> list[dict[str, Any]]:
-    return [asdict(h) for h in hosts]
-
-
-def hosts_from_record(record: dict[str, Any]) -> list[Host]:
-    return [Host(**h) for h in record.get("hosts") or []]
-
-
-def require_cluster(cluster: str, home: Path | None = None) -> tuple[Path, dict[str, Any]]:
+def require_cluster(cluster: str, home: Path | None = None) -> tuple[Path, Record]:
     """The folder and record of a known cluster, or a UsageError listing the known ones."""
     folder = deployment_dir(cluster, home)
     record = read_record(folder)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
-from rlinfra.deploy import hosts_from_record, require_cluster, update_record
+from rlinfra.deploy import Record, Stage, require_cluster, update_record
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.render import Host
 from rlinfra.workloads.spec import JobSpec
@@ -38,19 +38,18 @@ class Submitted:
     entrypoint: str
 
 
-def _dashboard(record: dict[str, Any]) -> str:
-    port = int((record.get("ray") or {}).get("dashboard_port", 8265))
-    return f"http://127.0.0.1:{port}"
+def _dashboard(record: Record) -> str:
+    return f"http://127.0.0.1:{record.dashboard_port}"
 
 
-def _ready(cluster: str) -> tuple[Path, dict[str, Any], Host]:
+def _ready(cluster: str) -> tuple[Path, Record, Host]:
     folder, record = require_cluster(cluster)
-    if record.get("stage") != "ready":
+    if record.stage != Stage.READY:
         raise UsageError(
-            f"cluster {cluster!r} is not ready (stage: {record.get('stage')})",
+            f"cluster {cluster!r} is not ready (stage: {record.stage.value})",
             f"Bring it up first: rlinfra up --cluster {cluster}",
         )
-    hosts = hosts_from_record(record)
+    hosts = list(record.hosts)
     if not hosts:
         raise UsageError(f"cluster {cluster!r} has no nodes")
     return folder, record, hosts[0]
@@ -143,7 +142,7 @@ def submit(cluster: str, spec: JobSpec, secrets: dict[str, str]) -> Submitted:
         _remove_secrets(folder, head, where)
         tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
         raise OperationError(f"Ray refused the job: {' '.join(tail)}")
-    jobs = list(record.get("jobs") or [])
+    jobs = list(record.jobs)
     jobs.append({"submission_id": job_id, "workload": spec.workload_type})
     update_record(folder, jobs=jobs[-20:])
     return Submitted(job_id, shlex.join(runner))
@@ -157,7 +156,7 @@ def _remove_secrets(folder: Path, head: Any, where: str) -> None:
 
 def latest_job(cluster: str) -> str:
     _, record = require_cluster(cluster)
-    jobs = record.get("jobs") or []
+    jobs = record.jobs
     if not jobs:
         raise UsageError(f"cluster {cluster!r} has run no job", f"Start one: rlinfra run {cluster}")
     return str(jobs[-1]["submission_id"])

@@ -22,12 +22,12 @@ from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context, Controller, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import (
     RAY_TOKEN_FILE,
+    Record,
+    Stage,
     cluster_lock,
     deployment_dir,
     ensure_ray_token,
     ensure_ssh_key,
-    hosts_from_record,
-    hosts_to_record,
     known_clusters,
     lock_holder,
     new_task_id,
@@ -39,7 +39,7 @@ from rlinfra.deploy import (
 )
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan, make_plan, needs_account
-from rlinfra.profile import Overrides, apply_overrides, load_profile
+from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import Host, render, render_inventory
 from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
 
@@ -49,6 +49,8 @@ class Request:
     profile: str
     cluster: str | None = None
     overrides: Overrides = field(default_factory=Overrides)
+    # The profile as data (a record's resolved_profile); ``profile`` then only names its source.
+    resolved: dict[str, Any] | None = None
 
 
 def prepare(
@@ -65,7 +67,12 @@ def prepare(
     cloud for the account id when a default bucket name needs it ("require": `up`, an error
     when it cannot be had; "lookup": `plan`/`render`, only where credentials are configured).
     """
-    profile, source = load_profile(request.profile)
+    if request.resolved is not None:
+        # `run`: the profile exactly as `up` resolved it (the record's), not the file today.
+        source = request.profile
+        profile = profile_from_data(request.resolved, source, request.cluster or "cluster")
+    else:
+        profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
     plan = make_plan(profile, source, request.cluster, tuple(changes))
     for name, flag in request.overrides.secrets.items():
@@ -151,8 +158,12 @@ def check_collisions(plan: Plan, home: Path) -> None:
     for other in known_clusters(home):
         if other == plan.cluster:
             continue
-        record = read_record(deployment_dir(other, home)) or {}
-        if record.get("subnet") == plan.subnet and record.get("stage") != "down":
+        other_record = read_record(deployment_dir(other, home))
+        if (
+            other_record is not None
+            and other_record.subnet == plan.subnet
+            and other_record.stage != Stage.DOWN
+        ):
             raise UsageError(
                 f"{plan.source}: network.subnet: {plan.subnet} is used by cluster {other!r}",
                 "Set network.subnet to another /24 in 10.213.0.0/16.",
@@ -210,7 +221,7 @@ def services(plan: Plan) -> list[dict[str, Any]]:
 def make_context(
     plan: Plan, folder: Path, home: Path, build: bool, task_id: str | None = None
 ) -> Context:
-    record = read_record(folder) or {}
+    record = read_record(folder)
     if build:
         ensure_ray_token(folder)
     return Context(
@@ -218,7 +229,7 @@ def make_context(
         home=home,
         cache=rlinfra_cache(home),
         ssh_public_key=ensure_ssh_key(folder),
-        task_id=record.get("task_id") or task_id or new_task_id(plan.cluster),
+        task_id=(record.task_id if record else None) or task_id or new_task_id(plan.cluster),
         controller=controller_facts(plan, home, build),
     )
 
@@ -255,7 +266,7 @@ def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
             "Render into another folder; `up` writes this one.",
         )
     pub = folder / "ssh" / "id_ed25519.pub"
-    record = read_record(folder) or {}
+    record = read_record(folder)
     ctx = Context(
         deployment_dir=folder,
         home=home,
@@ -266,7 +277,7 @@ def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
             else REVIEW_KEY.format(path=folder / "ssh" / "id_ed25519")
         ),
         # A review render has no run yet: the run id is assigned by the first `up`.
-        task_id=record.get("task_id") or f"{plan.cluster}-unassigned",
+        task_id=(record.task_id if record else None) or f"{plan.cluster}-unassigned",
         controller=controller_facts(plan, home, build=False),
     )
     return write_files(target, render(plan, ctx))
@@ -302,17 +313,18 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
         ctx = make_context(plan, folder, home, build=False)
         files = render(plan, ctx)
         write_files(folder, files)
-        record = read_record(folder) or {}
-        record.setdefault("stage", "planned")
-        record.update(
-            cluster=plan.cluster,
-            cloud=plan.cloud,
-            profile=plan.profile.name,
-            source=plan.source,
-            task_id=ctx.task_id,
-            subnet=plan.subnet,
+        record = read_record(folder) or Record(cluster=plan.cluster)
+        write_record(
+            folder,
+            record.with_(
+                cluster=plan.cluster,
+                cloud=plan.cloud,
+                profile=plan.profile.name,
+                source=plan.source,
+                task_id=ctx.task_id,
+                subnet=plan.subnet,
+            ),
         )
-        write_record(folder, record)
         roots: dict[str, Any] = {}
         for root in cloud.roots:
             if root not in cloud.tfvars(plan, ctx):
@@ -445,13 +457,13 @@ def up(
     check_collisions(plan, home)
     folder = deployment_dir(plan.cluster, home)
     existing = read_record(folder)
-    if existing and existing.get("cloud") not in (None, plan.cloud):
+    if existing and existing.cloud != plan.cloud:
         raise UsageError(
-            f"cluster {plan.cluster!r} exists on cloud {existing['cloud']!r}, "
+            f"cluster {plan.cluster!r} exists on cloud {existing.cloud!r}, "
             f"the profile says {plan.cloud!r}",
             "Pick another cluster name with --cluster, or `rlinfra down` it first.",
         )
-    kept = list((existing or {}).get("buckets") or [])
+    kept = list(existing.buckets) if existing else []
     if kept and kept != plan.storage_buckets:
         # Terraform would replace the kept bucket (and its checkpoints) with the new name's.
         raise UsageError(
@@ -495,9 +507,8 @@ def up(
                 tf.init()
                 gone[root] = _gone(cloud, tf, root)
                 _require_replacements(tf, gone[root])
-        record = read_record(folder) or {}
-        before = dict(record)
-        record.update(
+        before = read_record(folder) or Record(cluster=plan.cluster)
+        record = before.with_(
             cluster=plan.cluster,
             cloud=plan.cloud,
             profile=plan.profile.name,
@@ -510,7 +521,8 @@ def up(
             ray=plan.profile.network.ray.model_dump(),
             services=services(plan),
             versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
-            stage="rendered",
+            resolved_profile=plan.profile.model_dump(mode="json"),
+            stage=Stage.RENDERED,
             error=None,
         )
         write_record(folder, record)
@@ -528,7 +540,7 @@ def up(
             outputs = _terraform(ctx, "cluster").output()
             hosts = cloud.hosts_from_outputs(outputs)
             (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
-            update_record(folder, stage="infrastructure", hosts=hosts_to_record(hosts))
+            update_record(folder, stage=Stage.INFRASTRUCTURE, hosts=hosts)
             if stop_after == "infrastructure":
                 return UpResult(plan.cluster, hosts, changed, 0, None, replaced=replaced)
 
@@ -541,8 +553,8 @@ def up(
             if (
                 not full
                 and not changed
-                and before.get("stage") == "ready"
-                and before.get("ansible_digest") == digest
+                and before.stage == Stage.READY
+                and before.ansible_digest == digest
             ):
                 with ui.step(f"verify {len(hosts)} node(s) against the last configuration run"):
                     verified = verify.verify_cluster(folder, hosts, digest)
@@ -573,7 +585,7 @@ def up(
             configured = "verified" if verified is not None and verified.ok else "applied"
             check = None
             if run_check and plan.profile.check.enabled:
-                previous = before.get("check") if before.get("stage") == "ready" else None
+                previous = before.check if before.stage == Stage.READY else None
                 if previous and not changed and ansible_changed == 0:
                     # Nothing changed since the last passing check: its result still holds.
                     ui.info("acceptance check: nothing changed since the last pass, not re-run")
@@ -582,7 +594,7 @@ def up(
                     (folder / "check.json").unlink(missing_ok=True)
                     _run_check(folder, hosts)
                     check = _read_check(folder)
-            update_record(folder, stage="ready", check=check)
+            update_record(folder, stage=Stage.READY, check=check)
             return UpResult(
                 plan.cluster,
                 hosts,
@@ -594,10 +606,10 @@ def up(
                 replaced,
             )
         except KeyboardInterrupt:
-            update_record(folder, stage="interrupted", error="interrupted by the user")
+            update_record(folder, stage=Stage.INTERRUPTED, error="interrupted by the user")
             raise
         except OperationError as exc:
-            update_record(folder, stage="failed", error=exc.message)
+            update_record(folder, stage=Stage.FAILED, error=exc.message)
             raise
 
 
@@ -670,10 +682,10 @@ def check(cluster: str) -> dict[str, Any]:
     with cluster_lock(folder, "check"):
         # A node that is unreachable or gone from Ray fails the check at once, by name, instead
         # of an all-reduce that waits for it.
-        hosts = hosts_from_record(record)
+        hosts = list(record.hosts)
         with ui.step(f"reach {len(hosts)} node(s) and their Ray"):
             found = verify.verify_cluster(
-                folder, hosts, str(record.get("ansible_digest") or ""), timeout=CHECK_REACH_S
+                folder, hosts, record.ansible_digest or "", timeout=CHECK_REACH_S
             )
         # A worker's own problem names the node that is gone; the head's report follows it.
         lost = sorted(
@@ -694,8 +706,8 @@ def check(cluster: str) -> dict[str, Any]:
     return result
 
 
-def _require_ready(cluster: str, record: dict[str, Any]) -> None:
-    if record.get("stage") == "down" or not record.get("hosts"):
+def _require_ready(cluster: str, record: Record) -> None:
+    if record.stage == Stage.DOWN or not record.hosts:
         raise UsageError(
             f"cluster {cluster!r} is down", f"Bring it up: rlinfra up --cluster {cluster}"
         )
@@ -740,15 +752,13 @@ def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
             "holds its lock",
             "Wait for it to finish; the lock is released when that command exits.",
         )
-    buckets = list(record.get("buckets") or [])
-    cloud = str(record.get("cloud") or "local")
+    buckets = list(record.buckets)
+    cloud = record.cloud
     contents: dict[str, int] = {}
     provider = cloud_for(cloud)
     if delete_buckets and provider.empties_buckets:
         contents = {bucket: provider.bucket_versions(folder, bucket) for bucket in buckets}
-    return DownPlan(
-        cluster, folder, hosts_from_record(record), buckets, delete_buckets, cloud, contents
-    )
+    return DownPlan(cluster, folder, list(record.hosts), buckets, delete_buckets, cloud, contents)
 
 
 def down(todo: DownPlan) -> None:
@@ -761,7 +771,7 @@ def down(todo: DownPlan) -> None:
             if tf.has_state():
                 tf.init()
                 tf.destroy()
-        update_record(folder, stage="down", hosts=[], check=None)
+        update_record(folder, stage=Stage.DOWN, hosts=[], check=None)
         (folder / "ssh" / "known_hosts").unlink(missing_ok=True)
         storage_root = folder / "terraform" / "storage"
         if todo.delete_buckets and storage_root.is_dir():
@@ -779,8 +789,8 @@ def down(todo: DownPlan) -> None:
                 tf.init()
                 tf.destroy()
             update_record(folder, buckets=[])
-    record = read_record(folder) or {}
-    if not record.get("buckets"):
+    record = read_record(folder)
+    if record is None or not record.buckets:
         import shutil
 
         shutil.rmtree(folder)
@@ -799,14 +809,14 @@ def _terraform_at(folder: Path, root: str, mirror: str | None = None) -> Any:
 
 def status(cluster: str, live: bool = True) -> dict[str, Any]:
     folder, record = require_cluster(cluster)
-    hosts = hosts_from_record(record)
+    hosts = list(record.hosts)
     out: dict[str, Any] = {
         "cluster": cluster,
-        "cloud": record.get("cloud"),
-        "profile": record.get("profile"),
-        "stage": record.get("stage"),
-        "error": record.get("error"),
-        "task_id": record.get("task_id"),
+        "cloud": record.cloud,
+        "profile": record.profile,
+        "stage": record.stage.value,
+        "error": record.error,
+        "task_id": record.task_id,
         "nodes": [
             {
                 "name": h.name,
@@ -817,22 +827,21 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
             }
             for h in hosts
         ],
-        "buckets": record.get("buckets") or [],
-        "services": record.get("services") or [],
-        "updated_at": record.get("updated_at"),
+        "buckets": list(record.buckets),
+        "services": list(record.services),
+        "updated_at": record.updated_at,
         "lock": lock_holder(folder),
         "ray": None,
     }
     stopped = out["lock"] is not None and not out["lock"]["running"]
-    if live and hosts and (record.get("stage") in {"ready", "failed", "interrupted"} or stopped):
-        out["ray"] = ray_state(
-            folder, hosts, int((record.get("ray") or {}).get("dashboard_port", 8265))
-        )
-        if out["ray"].get("reachable") and record.get("stage") == "ready" and record.get("jobs"):
+    live_stages = {Stage.READY, Stage.FAILED, Stage.INTERRUPTED}
+    if live and hosts and (record.stage in live_stages or stopped):
+        out["ray"] = ray_state(folder, hosts, record.dashboard_port)
+        if out["ray"].get("reachable") and record.stage == Stage.READY and record.jobs:
             from rlinfra import jobs
 
             try:
-                out["jobs"] = jobs.list_jobs(record["cluster"])
+                out["jobs"] = jobs.list_jobs(record.cluster or cluster)
             except (OperationError, subprocess.TimeoutExpired) as exc:
                 out["jobs_error"] = str(exc)
             out["progress"] = training_progress(folder, hosts[0], out.get("jobs") or [])
@@ -853,14 +862,8 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
         spec = json.loads((folder / "job.json").read_text())
     except (OSError, ValueError):
         spec = {}
-    port = next(
-        (
-            s["port"]
-            for s in (read_record(folder) or {}).get("services") or []
-            if s["name"] == "model"
-        ),
-        0,
-    )
+    record = read_record(folder)
+    port = next((s["port"] for s in (record.services if record else []) if s["name"] == "model"), 0)
     out: dict[str, Any] = {"job_step": None, "checkpoint_step": None, "served_step": None}
     if job_list:
         latest = str(job_list[-1]["submission_id"])
@@ -934,15 +937,15 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
     folder, record = require_cluster(cluster)
     _require_ready(cluster, record)
     info = _endpoint(folder, record, port)
-    if port == int((record.get("ray") or {}).get("dashboard_port", 8265)):
+    if port == record.dashboard_port:
         info["ray_token_file"] = str(folder / RAY_TOKEN_FILE)
     return info
 
 
-def _endpoint(folder: Path, record: dict[str, Any], port: int) -> dict[str, Any]:
+def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:
     from rlinfra.runners import ssh
 
-    head = hosts_from_record(record)[0]
+    head = record.hosts[0]
     if ssh.port_open(head.ssh_host, port):
         return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}
     tunnels = folder / "tunnels"

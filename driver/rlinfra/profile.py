@@ -93,7 +93,7 @@ class Resources(_Strict):
 
 
 class RayPorts(_Strict):
-    """Ray's ports. The dashboard (and the job API behind it) has no authentication."""
+    """Ray's ports. The dashboard and the job API behind it ask for the cluster's Ray token."""
 
     head_port: int = 6379
     dashboard_port: int = 8265

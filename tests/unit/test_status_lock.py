@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CliResult
-from rlinfra.deploy import cluster_lock, deployment_dir, lock_holder, write_record
+from rlinfra.deploy import Record, Stage, cluster_lock, deployment_dir, lock_holder, write_record
 
 Cli = Callable[..., CliResult]
 
@@ -35,8 +35,7 @@ with cluster_lock(Path(sys.argv[1]), "up"):
 def folder(home: Path) -> Path:
     path = deployment_dir("c1", home)
     write_record(
-        path,
-        {"cluster": "c1", "cloud": "local", "profile": "local", "stage": "infrastructure"},
+        path, Record(cluster="c1", cloud="local", profile="local", stage=Stage.INFRASTRUCTURE)
     )
     return path
 
