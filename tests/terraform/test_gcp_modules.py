@@ -1,0 +1,1261 @@
+"""The GCP modules (gcp_network, gcp_cluster, gcp_bucket) and the GCP catalog, statically.
+
+No Google provider binary exists on these machines, so `terraform init/validate/plan` cannot run on
+the modules as they are. What runs here instead, each test named "static":
+
+- `terraform fmt -check`, and every .tf file parsed with python-hcl2;
+- the modules' own variables.tf (and the decisions in gcp_cluster's provider-free `locals`)
+  evaluated by the real Terraform CLI in scratch roots that hold no resource, so no provider is
+  needed: the variable validations really refuse what they must, and the locals decide what the
+  nodes get;
+- checkov, from the project's checkov venv (RLINFRA_CHECKOV, or .venv-checkov as the Makefile
+  makes it), with every skip in place and carrying a reason;
+- every resource type, attribute and nested block the modules write, every required one they must
+  write, and every attribute their expressions read, checked against the Google provider 6.50.0
+  schema as shipped in the npm package @cdktf/provider-google@16.12.1 (`package/.jsii`, generated
+  from that provider's schema; camelCase names there, snake_case in HCL). The package is fetched
+  once into RLINFRA_TEST_CACHE (default /var/tmp/rlinfra-test-cache) with `npm pack`, or from the
+  registry's tarball URL when npm is missing, checked against its published sha512, and reduced to
+  a small JSON schema kept next to it. Negative tests prove the check rejects what the provider
+  would (a made-up attribute, a typo in a nested block, a missing required block, a bad read);
+- driver/rlinfra/data/gcp_catalog.yaml: parses, and each machine type's GPU model and count agree
+  with its name and with gcp_cluster's GPU decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MODULES = REPO / "terraform" / "modules"
+GCP_MODULES = ("gcp_network", "gcp_cluster", "gcp_bucket")
+CATALOG = REPO / "driver" / "rlinfra" / "data" / "gcp_catalog.yaml"
+
+# The provider schema the modules are checked against, and where it comes from.
+PROVIDER_VERSION = "6.50.0"
+NPM_PACKAGE = "@cdktf/provider-google"
+NPM_VERSION = "16.12.1"
+NPM_TARBALL_URL = "https://registry.npmjs.org/@cdktf/provider-google/-/provider-google-16.12.1.tgz"
+# dist.integrity of @cdktf/provider-google@16.12.1 as the npm registry publishes it.
+NPM_TARBALL_SHA512 = (
+    "KqNA/5RiFT07r0PSZ6/07cJ2zESUgbj1JchVj21iBFBZVUbD+578xA/k8eq/r0cbyEgLmg9eYWeVslaYah4DCQ=="
+)
+SCHEMA_FORMAT = 1  # bump when the reduced schema's shape changes
+
+GPU_IMAGE = (
+    "projects/ubuntu-os-accelerator-images/global/images/family/"
+    "ubuntu-accelerator-2204-amd64-with-nvidia-570"
+)
+CPU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+SUBNETWORK = "projects/rl-test-project/regions/us-central1/subnetworks/c1"
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3RrZXl0ZXN0a2V5dGVzdGtleXRlc3RrZXl0ZXN0 test"
+NODE_SA = "c1-nodes@rl-test-project.iam.gserviceaccount.com"
+
+
+def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    kwargs.setdefault("timeout", 600)
+    return subprocess.run(argv, **kwargs)
+
+
+def module_files(*, examples: bool = True) -> list[Path]:
+    files = sorted(p for name in GCP_MODULES for p in (MODULES / name).rglob("*.tf"))
+    return [p for p in files if examples or "examples" not in p.parts]
+
+
+needs_terraform = pytest.mark.skipif(
+    shutil.which("terraform") is None, reason="terraform is not on PATH"
+)
+
+
+# --- fmt, parsing, layout ----------------------------------------------------------------------------
+
+
+@needs_terraform
+def test_static_fmt_check_of_gcp_modules() -> None:
+    paths = [str(MODULES / name) for name in GCP_MODULES]
+    result = run(["terraform", "fmt", "-check", "-recursive", "-diff", *paths])
+    assert result.returncode == 0, f"terraform fmt -check found changes:\n{result.stdout}"
+
+
+def parse_hcl(text: str) -> dict[str, Any]:
+    import hcl2
+
+    parsed: dict[str, Any] = hcl2.loads(text)
+    return parsed
+
+
+def parse_file(path: Path) -> dict[str, Any]:
+    return parse_hcl(path.read_text())
+
+
+def unquote(label: str) -> str:
+    """python-hcl2 (7+) keeps block labels quoted: '"this"' -> 'this'."""
+    return label[1:-1] if len(label) >= 2 and label[0] == label[-1] == '"' else label
+
+
+def labelled(parsed: dict[str, Any], kind: str) -> Iterator[tuple[list[str], dict[str, Any]]]:
+    """(labels, body) of each top-level block of one kind (resource, data, variable, ...)."""
+    for entry in parsed.get(kind, []):
+        yield from _labelled(entry, [])
+
+
+def _labelled(
+    node: dict[str, Any], labels: list[str]
+) -> Iterator[tuple[list[str], dict[str, Any]]]:
+    if node.get("__is_block__"):
+        yield labels, node
+        return
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _labelled(value, [*labels, unquote(key)])
+
+
+def is_block_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and item.get("__is_block__") for item in value)
+    )
+
+
+def test_static_hcl_of_gcp_modules_parses_with_block_markers() -> None:
+    """Every .tf file parses with python-hcl2, in the shape the schema check reads (python-hcl2 7+
+    marks blocks with __is_block__, which tells `scheduling { }` from `scheduling = { }`)."""
+    files = module_files()
+    assert len(files) >= 3 * 5, files
+    for path in files:
+        parsed = parse_file(path)
+        assert parsed, path
+    main = parse_file(MODULES / "gcp_cluster" / "main.tf")
+    (_, instance), *_ = [
+        b for b in labelled(main, "resource") if b[0][0] == "google_compute_instance"
+    ]
+    assert is_block_list(instance["scheduling"]), "python-hcl2 >= 7 is needed (block markers)"
+
+
+@pytest.mark.parametrize("module", GCP_MODULES)
+def test_static_module_layout_documented_variables_and_version_pin(module: str) -> None:
+    folder = MODULES / module
+    for name in ("main.tf", "variables.tf", "outputs.tf", "versions.tf", "README.md"):
+        assert (folder / name).is_file(), f"{module}/{name} is missing"
+    assert (folder / "examples" / "basic" / "main.tf").is_file()
+
+    versions = (folder / "versions.tf").read_text()
+    assert re.search(r'source\s*=\s*"hashicorp/google"', versions)
+    assert re.search(r'version\s*=\s*"~> 6\.50"', versions), "pin hashicorp/google ~> 6.50"
+    assert re.search(r'required_version\s*=\s*">= 1\.\d+"', versions)
+
+    readme = (folder / "README.md").read_text()
+    variables = list(labelled(parse_file(folder / "variables.tf"), "variable"))
+    assert variables
+    for (name,), body in variables:
+        assert body.get("description"), f"{module}: variable {name} has no description"
+        assert "type" in body, f"{module}: variable {name} has no type"
+        for rule in body.get("validation", []):
+            assert rule.get("error_message"), f"{module}: a validation of {name} has no message"
+        assert f"`{name}`" in readme, f"{module}/README.md does not list variable {name}"
+    for (name,), body in labelled(parse_file(folder / "outputs.tf"), "output"):
+        assert body.get("description"), f"{module}: output {name} has no description"
+        assert name in readme, f"{module}/README.md does not describe output {name}"
+
+
+# --- variables and locals, evaluated by Terraform without any provider --------------------------------
+
+
+def terraform_env(tmp: Path) -> dict[str, str]:
+    """No TF_* settings of the machine's (TF_CLI_CONFIG_FILE may name a missing file); an empty
+    CLI config: these roots install no provider, so nothing is downloaded."""
+    cli_config = tmp / "terraformrc"
+    cli_config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_")}
+    env.update(
+        TF_CLI_CONFIG_FILE=str(cli_config),
+        TF_IN_AUTOMATION="1",
+        TF_INPUT="0",
+        CHECKPOINT_DISABLE="1",
+    )
+    return env
+
+
+PROVIDER_FREE = re.compile(r"(?<![\w.])(data\.google_|google_[a-z0-9_]+\.)")
+
+
+def pure_locals(main_tf: str) -> list[str]:
+    """The top-level `locals { }` blocks of a main.tf that read no resource or data source
+    (terraform fmt puts a top-level block's closing brace alone at column 0)."""
+    blocks, current = [], None
+    for line in main_tf.splitlines():
+        if current is None and line == "locals {":
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if line == "}":
+                block = "\n".join(current)
+                if not PROVIDER_FREE.search(block):
+                    blocks.append(block)
+                current = None
+    return blocks
+
+
+def variables_module(target: Path, module: str) -> None:
+    """A provider-free copy of a module: its variables.tf as is, its provider-free locals, and one
+    output per local."""
+    target.mkdir(parents=True)
+    shutil.copy(MODULES / module / "variables.tf", target / "variables.tf")
+    blocks = pure_locals((MODULES / module / "main.tf").read_text())
+    names = [name for block in blocks for name in parse_hcl(block)["locals"][0] if name[0] != "_"]
+    outputs = "".join(f'output "{n}" {{\n  value = local.{n}\n}}\n' for n in names)
+    (target / "main.tf").write_text("\n\n".join(blocks) + "\n\n" + outputs)
+
+
+def hcl_value(value: Any) -> str:
+    return json.dumps(value)  # JSON literals are HCL expressions too
+
+
+def scratch_root(folder: Path, calls: dict[str, tuple[str, dict[str, Any]]]) -> Path:
+    """A root that calls provider-free module copies: {call name: (module, arguments)}."""
+    folder.mkdir(parents=True)
+    for module in {module for module, _ in calls.values()}:
+        variables_module(folder / "m" / module, module)
+    text = "".join(
+        f'module "{call}" {{\n  source = "./m/{module}"\n'
+        + "".join(f"  {k} = {hcl_value(v)}\n" for k, v in args.items())
+        + f'}}\n\noutput "{call}" {{\n  value = module.{call}\n}}\n\n'
+        for call, (module, args) in calls.items()
+    )
+    (folder / "main.tf").write_text('terraform {\n  required_version = ">= 1.9"\n}\n\n' + text)
+    return folder
+
+
+def terraform(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run(["terraform", *args, "-no-color"], cwd=folder, env=terraform_env(folder))
+
+
+def apply_outputs(folder: Path) -> dict[str, Any]:
+    for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        result = terraform(folder, *args)
+        assert result.returncode == 0, f"terraform {args[0]}:\n{result.stdout}\n{result.stderr}"
+    raw = json.loads(terraform(folder, "output", "-json").stdout)
+    return {name: value["value"] for name, value in raw.items()}
+
+
+def plan(folder: Path) -> tuple[int, str]:
+    """Exit status and diagnostics of a plan, whitespace folded (Terraform may wrap messages)."""
+    init = terraform(folder, "init", "-input=false")
+    assert init.returncode == 0, init.stderr
+    result = terraform(folder, "plan", "-input=false")
+    return result.returncode, " ".join((result.stdout + result.stderr).split())
+
+
+def catalog() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(CATALOG.read_text())
+    return data
+
+
+CLUSTER = {
+    "cluster_name": "c1",
+    "zone": "us-central1-a",
+    "subnetwork": SUBNETWORK,
+    "ssh_public_key": SSH_KEY,
+}
+NETWORK = {"name": "c1", "region": "us-central1"}
+BUCKET = {"name": "rl-test-checkpoints", "location": "us-central1"}
+
+
+def good_calls() -> dict[str, tuple[str, dict[str, Any]]]:
+    calls: dict[str, tuple[str, dict[str, Any]]] = {
+        "net_by_tag": ("gcp_network", {**NETWORK, "allowed_cidrs": ["203.0.113.7/32"]}),
+        "net_world_allowed": (
+            "gcp_network",
+            {
+                **NETWORK,
+                "allowed_cidrs": ["0.0.0.0/0"],
+                "allow_public": True,
+                "service_ports": [8000, 22],
+                "node_service_account": NODE_SA,
+            },
+        ),
+        "h100_on_demand": (
+            "gcp_cluster",
+            {**CLUSTER, "machine_type": "a3-highgpu-8g", "node_count": 2},
+        ),
+        "t4_spot_stop": (
+            "gcp_cluster",
+            {
+                **CLUSTER,
+                "machine_type": "n1-standard-8",
+                "guest_accelerator": {"type": "nvidia-tesla-t4", "count": 1},
+                "spot": True,
+                "spot_termination_action": "STOP",
+                "node_count": 1,
+            },
+        ),
+        "l4_spot_default": (
+            "gcp_cluster",
+            {**CLUSTER, "machine_type": "g2-standard-8", "spot": True, "node_count": 3},
+        ),
+        "cpu_one_node": (
+            "gcp_cluster",
+            {
+                **CLUSTER,
+                "cluster_name": "rl-training-cluster-ab-west1",
+                "machine_type": "n2-standard-8",
+                "zone": "europe-west4-b",
+            },
+        ),
+        "cpu_two_nodes_in_policy": (
+            "gcp_cluster",
+            {**CLUSTER, "machine_type": "n2-standard-8", "node_count": 2},
+        ),
+        "cpu_two_nodes_no_policy": (
+            "gcp_cluster",
+            {
+                **CLUSTER,
+                "machine_type": "n2-standard-8",
+                "node_count": 2,
+                "placement_policy": False,
+            },
+        ),
+        "h200_reserved": (
+            "gcp_cluster",
+            {
+                **CLUSTER,
+                "machine_type": "a3-ultragpu-8g",
+                "zone": "us-east4-b",
+                "reservation_name": "h200-block",
+                "node_count": 2,
+            },
+        ),
+        "bucket": ("gcp_bucket", {**BUCKET, "object_admins": {"cluster": NODE_SA}}),
+    }
+    for key, entry in catalog()["machine_types"].items():
+        args: dict[str, Any] = {**CLUSTER, "machine_type": entry["machine_type"]}
+        if entry.get("guest_accelerator"):
+            args["guest_accelerator"] = entry["guest_accelerator"]
+        calls["catalog_" + re.sub(r"[^a-z0-9_]", "_", key)] = ("gcp_cluster", args)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every good call above, in one scratch root, applied (no resources: only outputs)."""
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not on PATH")
+    folder = scratch_root(tmp_path_factory.mktemp("gcp-locals") / "root", good_calls())
+    return apply_outputs(folder)
+
+
+@needs_terraform
+def test_static_cluster_locals_schedule_gpu_and_spot_nodes(evaluated: dict[str, Any]) -> None:
+    h100 = evaluated["h100_on_demand"]
+    assert h100["gpu"] is True and h100["image"] == GPU_IMAGE
+    assert h100["boot_disk_type"] == "pd-balanced"
+    assert h100["make_placement_policy"] is True and h100["region"] == "us-central1"
+    assert h100["scheduling"] == {
+        "provisioning_model": "STANDARD",
+        "preemptible": False,
+        "automatic_restart": True,
+        "on_host_maintenance": "TERMINATE",
+        "instance_termination_action": None,
+    }
+    assert h100["ssh_keys"] == f"ubuntu:{SSH_KEY}"
+    assert h100["account_id"] == "c1-nodes"
+
+    t4 = evaluated["t4_spot_stop"]
+    assert t4["gpu"] is True and t4["image"] == GPU_IMAGE
+    assert t4["make_placement_policy"] is False  # one node
+    assert t4["scheduling"] == {
+        "provisioning_model": "SPOT",
+        "preemptible": True,
+        "automatic_restart": False,
+        "on_host_maintenance": "TERMINATE",
+        "instance_termination_action": "STOP",
+    }
+    # Spot's default: a preempted node is deleted (nothing billed; the next apply makes it again).
+    assert evaluated["l4_spot_default"]["scheduling"]["instance_termination_action"] == "DELETE"
+
+    cpu = evaluated["cpu_one_node"]
+    assert cpu["gpu"] is False and cpu["image"] == CPU_IMAGE
+    assert cpu["scheduling"]["on_host_maintenance"] == "MIGRATE"
+    assert cpu["region"] == "europe-west4"
+    # 6..30 characters, no trailing hyphen: the name's first 23 ("rl-training-cluster-ab-")
+    # lose their "-" before "-nodes" is added.
+    assert cpu["account_id"] == "rl-training-cluster-ab-nodes"
+    assert 6 <= len(cpu["account_id"]) <= 30
+    assert re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])", cpu["account_id"])
+    # CPU nodes in a compact placement policy must terminate on maintenance too; without one they
+    # live-migrate.
+    in_policy = evaluated["cpu_two_nodes_in_policy"]
+    assert in_policy["make_placement_policy"] is True
+    assert in_policy["scheduling"]["on_host_maintenance"] == "TERMINATE"
+    assert in_policy["scheduling"]["automatic_restart"] is True
+    no_policy = evaluated["cpu_two_nodes_no_policy"]
+    assert no_policy["make_placement_policy"] is False
+    assert no_policy["scheduling"]["on_host_maintenance"] == "MIGRATE"
+
+    h200 = evaluated["h200_reserved"]
+    assert h200["boot_disk_type"] == "hyperdisk-balanced" and h200["region"] == "us-east4"
+
+
+@needs_terraform
+def test_static_every_catalog_machine_type_is_a_gpu_node_for_gcp_cluster(
+    evaluated: dict[str, Any],
+) -> None:
+    for key, entry in catalog()["machine_types"].items():
+        node = evaluated["catalog_" + re.sub(r"[^a-z0-9_]", "_", key)]
+        assert node["gpu"] is True, key
+        assert node["image"] == GPU_IMAGE, key
+        assert node["scheduling"]["on_host_maintenance"] == "TERMINATE", key
+        hyperdisk = entry["machine_type"].startswith("a3-ultragpu")
+        assert node["boot_disk_type"] == ("hyperdisk-balanced" if hyperdisk else "pd-balanced"), key
+
+
+@needs_terraform
+def test_static_network_locals_select_nodes_by_tag_or_service_account(
+    evaluated: dict[str, Any],
+) -> None:
+    by_tag = evaluated["net_by_tag"]
+    assert by_tag["node_tag"] == "c1-node" and by_tag["by_tag"] is True
+    assert by_tag["ports"] == [22] and by_tag["create"] is True
+    by_sa = evaluated["net_world_allowed"]
+    assert by_sa["by_tag"] is False
+    assert by_sa["ports"] == [22, 8000]  # SSH first, each port once
+
+
+def test_static_nodes_take_only_the_deployment_key() -> None:
+    """The instance's metadata: the deployment's key, project-wide keys blocked, and OS Login off
+    on these nodes only (OS Login would ignore the ssh-keys entry)."""
+    main = parse_file(MODULES / "gcp_cluster" / "main.tf")
+    ((_, body),) = [b for b in labelled(main, "resource") if b[0][0] == "google_compute_instance"]
+    metadata = {key: unquote(value) for key, value in body["metadata"].items()}
+    assert metadata == {
+        "ssh-keys": "${local.ssh_keys}",
+        "block-project-ssh-keys": "true",
+        "enable-oslogin": "FALSE",
+    }
+
+
+# Each bad case: (module, arguments, fragments that must all appear, fragments that must not).
+ALLOW_PUBLIC_MSG = "is refused unless allow_public = true"
+BAD_CASES: dict[str, tuple[str, dict[str, Any], list[str], list[str]]] = {
+    "world_open_refused_without_allow_public": (
+        "gcp_network",
+        {**NETWORK, "allowed_cidrs": ["203.0.113.7/32", "0.0.0.0/0"], "service_ports": [8265]},
+        [ALLOW_PUBLIC_MSG],
+        ["CIDR notation"],
+    ),
+    "other_bad_network_inputs": (
+        "gcp_network",
+        {
+            "name": "c1-",
+            "region": "us-central1-a",
+            "allowed_cidrs": ["203.0.113.7"],
+            "service_ports": [70000],
+            "mtu": 9000,
+            "subnet_cidr": "10.42.0.1/24",
+            "node_service_account": "serviceAccount:" + NODE_SA,
+            "existing_subnetwork": "c1",
+        },
+        [
+            "name must match",
+            "region must be a Compute Engine region",
+            "CIDR notation",
+            "service_ports must hold whole port numbers",
+            "mtu must be a whole number from 1300 to 8896",
+            "subnet_cidr must be an IPv4 network address",
+            "node_service_account must be null or a service account email",
+            "existing_subnetwork must be null",
+        ],
+        [],
+    ),
+    "guest_accelerator_on_a_builtin_gpu_type_refused": (
+        "gcp_cluster",
+        {
+            **CLUSTER,
+            "machine_type": "a2-highgpu-1g",
+            "guest_accelerator": {"type": "nvidia-tesla-t4", "count": 1},
+        },
+        ["guest_accelerator can only be set with an N1 machine type"],
+        ["guest_accelerator.type must be", "guest_accelerator.count must be"],
+    ),
+    "reservation_with_spot_refused": (
+        "gcp_cluster",
+        {**CLUSTER, "machine_type": "a3-ultragpu-8g", "spot": True, "reservation_name": "r1"},
+        ["reservation_name cannot be combined with spot = true"],
+        [],
+    ),
+    "other_bad_cluster_inputs": (
+        "gcp_cluster",
+        {
+            **CLUSTER,
+            "cluster_name": "Cluster_1",
+            "zone": "us-central1",
+            "node_count": 65,
+            "machine_type": "n1-standard-8",
+            "guest_accelerator": {"type": "nvidia-h100-80gb", "count": 3},
+            "spot_termination_action": "TERMINATE",
+            "boot_disk": {"size_gb": 20, "type": "hyperdisk-extreme"},
+            "labels": {"rlinfra:cluster": "c1"},
+            "ssh_public_key": "not a key",
+            "ssh_user": "root",
+            "subnetwork": "c1",
+            "network_tags": ["Bad_Tag"],
+            "bucket_name": "B",
+        },
+        [
+            "cluster_name must match",
+            "zone must be a Compute Engine zone",
+            "node_count must be a whole number from 1 to 64",
+            "guest_accelerator.type must be one of",
+            "guest_accelerator.count must be one of",
+            "spot_termination_action must be one of: DELETE, STOP",
+            "boot_disk.size_gb must be a whole number",
+            "boot_disk.type must be null or one of",
+            "labels must have keys",
+            "ssh_public_key must be a single OpenSSH public key",
+            "ssh_user must be a Linux user name",
+            "subnetwork must be a subnetwork self link",
+            "network_tags must hold tags",
+            "bucket_name must be null or a Cloud Storage bucket name",
+        ],
+        [],
+    ),
+    "bad_bucket_inputs": (
+        "gcp_bucket",
+        {
+            "name": "google-checkpoints",
+            "location": "us central",
+            "noncurrent_version_days": -1,
+            "kms_key_name": "my-key",
+            "object_admins": {"Cluster": "serviceAccount:" + NODE_SA},
+            "labels": {"Team": "RL"},
+        },
+        [
+            "name must be 3 to 63 characters",
+            "location must be a Cloud Storage location",
+            "noncurrent_version_days must be a whole number",
+            "kms_key_name must be null",
+            "object_admins keys must be",
+            "object_admins values must be service account emails",
+            "labels must have keys",
+        ],
+        [],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str]]:
+    """Each bad case planned in a scratch root of its own, side by side."""
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not on PATH")
+    base = tmp_path_factory.mktemp("gcp-refused")
+    roots = {
+        case: scratch_root(base / case, {"case": (module, args)})
+        for case, (module, args, _, _) in BAD_CASES.items()
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(zip(roots, pool.map(plan, roots.values()), strict=True))
+
+
+@needs_terraform
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_static_variable_validation_refuses(case: str, refused: dict[str, tuple[int, str]]) -> None:
+    _, _, expected, unexpected = BAD_CASES[case]
+    returncode, output = refused[case]
+    assert returncode != 0, f"{case}: the plan should have failed:\n{output[-4000:]}"
+    for fragment in expected:
+        assert fragment in output, f"{case}: no {fragment!r} in:\n{output[-4000:]}"
+    for fragment in unexpected:
+        assert fragment not in output, f"{case}: unexpected {fragment!r}"
+
+
+@needs_terraform
+def test_static_world_open_ray_ports_need_allow_public(evaluated: dict[str, Any]) -> None:
+    """The pair of the refusal above: the same /0 range is accepted with allow_public = true
+    (the good root applied), and nothing but allowed_cidrs ever becomes a source range."""
+    assert "net_world_allowed" in evaluated
+    main = parse_file(MODULES / "gcp_network" / "main.tf")
+    for (rtype, name), body in labelled(main, "resource"):
+        if rtype != "google_compute_firewall":
+            continue
+        assert unquote(body.get("direction", "")) == "INGRESS", name
+        ranges = body.get("source_ranges")
+        assert ranges in (None, "${var.allowed_cidrs}"), f"{name}: source_ranges = {ranges!r}"
+        assert "0.0.0.0/0" not in json.dumps(body), name
+
+
+# --- checkov ---------------------------------------------------------------------------------------------
+
+
+def find_checkov() -> str | None:
+    override = os.environ.get("RLINFRA_CHECKOV")
+    if override:
+        return override if Path(override).exists() else None
+    for candidate in (
+        REPO / ".venv-checkov" / "bin" / "checkov",  # the Makefile's CHECKOV_VENV
+        Path(sys.executable).parent / "checkov",
+    ):
+        if candidate.exists() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("checkov")
+
+
+# Checks that must run (and pass) on these modules: the security properties they exist for.
+CHECKOV_MUST_PASS = {
+    "CKV_GCP_2",  # no SSH from 0.0.0.0/0
+    "CKV2_GCP_12",  # no rule opens every port to the world
+    "CKV2_GCP_18",  # the network has firewall rules of its own
+    "CKV_GCP_30",  # not the default service account
+    "CKV_GCP_32",  # project-wide SSH keys blocked
+    "CKV_GCP_39",  # Shielded VM
+    "CKV_GCP_29",  # uniform bucket-level access
+    "CKV_GCP_114",  # public access prevention enforced
+    "CKV_GCP_78",  # versioning
+}
+
+
+def test_static_checkov_scan_of_gcp_modules_passes(tmp_path: Path) -> None:
+    checkov = find_checkov()
+    if checkov is None:
+        pytest.skip("checkov not found (make venv makes .venv-checkov; or set RLINFRA_CHECKOV)")
+    # One scan of the three modules side by side (the examples call each other's modules as
+    # ../../../gcp_*); checkov 3 reports several -d folders as one running total.
+    for name in GCP_MODULES:
+        shutil.copytree(
+            MODULES / name, tmp_path / name, ignore=shutil.ignore_patterns(".terraform*")
+        )
+    # --skip-download: no guideline downloads (no internet here); the checks are local.
+    argv = [
+        checkov,
+        "-d",
+        str(tmp_path),
+        "--framework",
+        "terraform",
+        "--skip-download",
+        "-o",
+        "json",
+    ]
+    result = run(argv, env={**os.environ, "BC_SKIP_MAPPING": "TRUE"}, timeout=600)
+    assert result.returncode == 0, (
+        f"checkov found problems:\n{result.stdout[-6000:]}{result.stderr[-2000:]}"
+    )
+    report = json.loads(result.stdout)
+    summary, results = report["summary"], report["results"]
+    assert summary["failed"] == 0 and summary["parsing_errors"] == 0, summary
+    passed = {check["check_id"] for check in results["passed_checks"]}
+    assert passed >= CHECKOV_MUST_PASS, CHECKOV_MUST_PASS - passed
+    # Every skip sits in the resource it concerns and says why; checkov honoured each of them.
+    skipped_here = set()
+    for tf_file in module_files():
+        for line in tf_file.read_text().splitlines():
+            if "checkov:skip" in line:
+                found = re.search(r"#checkov:skip=(CKV2?_GCP_\d+):\S.{20,}", line)
+                assert found, (tf_file, line)
+                skipped_here.add(found.group(1))
+    assert {check["check_id"] for check in results["skipped_checks"]} == skipped_here
+
+
+# --- the Google provider's schema ---------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"))
+    return base / f"cdktf-provider-google-{NPM_VERSION}"
+
+
+def sha512_b64(path: Path) -> str:
+    digest = hashlib.sha512()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def fetch_tarball(folder: Path) -> tuple[Path | None, list[str]]:
+    """The package tarball in the cache: `npm pack` when npm is on PATH, else the registry's
+    tarball URL with urllib. Returns (path or None, what went wrong)."""
+    tarball = folder / f"cdktf-provider-google-{NPM_VERSION}.tgz"
+    if tarball.exists() and sha512_b64(tarball) == NPM_TARBALL_SHA512:
+        return tarball, []
+    folder.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        download = Path(tmp) / "package.tgz"
+        npm = shutil.which("npm")
+        if npm:
+            env = {
+                **os.environ,
+                "npm_config_cache": str(Path(tmp) / "npm-cache"),
+                "npm_config_update_notifier": "false",
+                "npm_config_fund": "false",
+                "npm_config_audit": "false",
+            }
+            result = run(
+                [npm, "pack", f"{NPM_PACKAGE}@{NPM_VERSION}", "--pack-destination", tmp],
+                cwd=tmp,
+                env=env,
+                timeout=600,
+            )
+            packed = sorted(Path(tmp).glob("cdktf-provider-google-*.tgz"))
+            if result.returncode == 0 and packed:
+                packed[0].replace(download)
+            else:
+                problems.append(f"npm pack exited {result.returncode}: {result.stderr[-500:]}")
+        if not download.exists():
+            try:
+                with (
+                    urllib.request.urlopen(NPM_TARBALL_URL, timeout=120) as response,
+                    download.open("wb") as out,
+                ):
+                    shutil.copyfileobj(response, out)
+            except OSError as exc:
+                problems.append(f"GET {NPM_TARBALL_URL}: {exc}")
+                return None, problems
+        actual = sha512_b64(download)
+        if actual != NPM_TARBALL_SHA512:
+            pytest.fail(f"{NPM_PACKAGE}@{NPM_VERSION}: sha512 {actual} is not the published one")
+        os.replace(download, tarball)  # atomic: a parallel run sees the old state or this one
+    return tarball, problems
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def hcl_names(prop: dict[str, Any]) -> set[str]:
+    """HCL names of one jsii property. Mostly its camelCase name in snake_case; the registry link
+    in its docs names it exactly where the two differ (e.g. vlan_tag8021q); cdktf renames a few
+    that clash with its own members ("buildAttribute" for build)."""
+    names = {snake(prop["name"])}
+    anchor = re.search(r"#([a-z][a-z0-9_]*) ", prop.get("docs", {}).get("remarks", ""))
+    if anchor:
+        names.add(anchor.group(1))
+    if prop["name"].endswith("Attribute"):
+        names.add(snake(prop["name"][: -len("Attribute")]))
+    return names
+
+
+def provider_fqn(type_ref: dict[str, Any]) -> str | None:
+    """The provider type a property refers to (a struct, list or output reference), if any."""
+    if type_ref.get("fqn", "").startswith(NPM_PACKAGE + "."):
+        return str(type_ref["fqn"])
+    for option in type_ref.get("union", {}).get("types", []):
+        found = provider_fqn(option)
+        if found:
+            return found
+    element = type_ref.get("collection", {}).get("elementtype")
+    return provider_fqn(element) if element else None
+
+
+def reduce_jsii(assembly: dict[str, Any]) -> dict[str, Any]:
+    """A small schema: for each resource, data source and the provider, its writable attributes
+    (required or not) and nested blocks, recursively, and what an expression may read."""
+    types: dict[str, Any] = assembly["types"]
+
+    def block(struct_fqn: str, depth: int = 0) -> dict[str, Any]:
+        attrs: dict[str, bool] = {}
+        blocks: dict[str, Any] = {}
+        for prop in types[struct_fqn].get("properties", []):
+            required = not prop.get("optional", False)
+            nested = provider_fqn(prop["type"])
+            for name in hcl_names(prop):
+                if nested and types.get(nested, {}).get("datatype") and depth < 12:
+                    blocks[name] = {"required": required, "schema": block(nested, depth + 1)}
+                else:
+                    attrs[name] = required
+        return {"attrs": attrs, "blocks": blocks}
+
+    def reads(class_fqn: str, depth: int = 0) -> dict[str, Any]:
+        props = [p for p in types[class_fqn].get("properties", []) if not p.get("static")]
+        own = {p["name"] for p in props}
+        out: dict[str, Any] = {}
+        for prop in props:
+            name = prop["name"]
+            if name == "internalValue" or (name.endswith("Input") and name[:-5] in own):
+                continue
+            target = provider_fqn(prop["type"])
+            if target and target in types and depth < 12:
+                getter = next(
+                    (m for m in types[target].get("methods", []) if m["name"] == "get"), None
+                )
+                if getter:  # a list or map of nested objects: its elements
+                    target = provider_fqn(getter.get("returns", {}).get("type", {}))
+            sub = reads(target, depth + 1) if target in types and depth < 12 else None
+            for hcl in hcl_names(prop):
+                out[hcl] = sub
+        return out
+
+    schema: dict[str, Any] = {
+        "format": SCHEMA_FORMAT,
+        "package": f"{NPM_PACKAGE}@{NPM_VERSION}",
+        "provider_version": None,
+        "resource": {},
+        "data": {},
+        "provider": None,
+    }
+    link = re.compile(
+        r"hashicorp/google/(\d+\.\d+\.\d+)/docs/(resources|data-sources)/\w+ (google_\w+)\}"
+    )
+    for fqn, spec in types.items():
+        base = spec.get("base")
+        if spec.get("kind") != "class":
+            continue
+        if base == "cdktf.TerraformProvider":
+            schema["provider"] = block(fqn + "Config")
+            continue
+        if base not in ("cdktf.TerraformResource", "cdktf.TerraformDataSource"):
+            continue
+        found = link.search(spec.get("docs", {}).get("summary", ""))
+        if not found or fqn + "Config" not in types:
+            continue
+        version, kind, tf_type = found.groups()
+        schema["provider_version"] = version
+        entry = block(fqn + "Config")
+        entry["reads"] = reads(fqn)
+        schema["resource" if kind == "resources" else "data"][tf_type] = entry
+    return schema
+
+
+@pytest.fixture(scope="module")
+def google_schema() -> dict[str, Any]:
+    folder = cache_dir()
+    reduced = folder / f"google-{PROVIDER_VERSION}-schema.json"
+    if reduced.exists():
+        with contextlib.suppress(ValueError):
+            cached: dict[str, Any] = json.loads(reduced.read_text())
+            if cached.get("format") == SCHEMA_FORMAT:
+                return cached
+    tarball, problems = fetch_tarball(folder)
+    if tarball is None:
+        pytest.skip(
+            f"{NPM_PACKAGE}@{NPM_VERSION} could not be fetched (no registry here?): "
+            + "; ".join(problems)
+        )
+    with tarfile.open(tarball, "r:gz") as archive:
+        member = archive.extractfile("package/.jsii")
+        assert member is not None, "package/.jsii is missing from the tarball"
+        assembly = json.load(member)
+    assert assembly["name"] == NPM_PACKAGE and assembly["version"] == NPM_VERSION
+    schema = reduce_jsii(assembly)
+    tmp = reduced.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(schema))
+    os.replace(tmp, reduced)
+    return schema
+
+
+META = {
+    "resource": {
+        "count",
+        "for_each",
+        "depends_on",
+        "provider",
+        "lifecycle",
+        "provisioner",
+        "connection",
+    },
+    "data": {"count", "for_each", "depends_on", "provider", "lifecycle"},
+    "provider": {"alias"},
+}
+
+
+def suggest(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_body(
+    body: dict[str, Any], spec: dict[str, Any], where: str, meta: set[str], errors: list[str]
+) -> None:
+    """Attributes and blocks of one HCL body against one schema block."""
+    attrs, blocks = spec["attrs"], spec["blocks"]
+    seen: set[str] = set()
+    for key, value in body.items():
+        if key.startswith("__") or key in meta:
+            continue
+        if key == "dynamic":
+            for dynamic in value:
+                for label, dyn_body in dynamic.items():
+                    if label.startswith("__"):
+                        continue
+                    name = unquote(label)
+                    if name not in blocks:
+                        errors.append(f"{where}: no block {name!r}{suggest(name, blocks)}")
+                        continue
+                    seen.add(name)
+                    for content in dyn_body.get("content", []):
+                        check_body(
+                            content, blocks[name]["schema"], f"{where}.{name}", set(), errors
+                        )
+            continue
+        if is_block_list(value):
+            if key not in blocks:
+                kind = "an attribute, not a block" if key in attrs else "no such block"
+                errors.append(f"{where}: {key!r} is {kind}{suggest(key, blocks)}")
+                continue
+            seen.add(key)
+            for item in value:
+                check_body(item, blocks[key]["schema"], f"{where}.{key}", set(), errors)
+        elif key in attrs:
+            seen.add(key)
+        elif key in blocks:
+            errors.append(f"{where}: {key!r} is a block: write {key} {{ ... }}")
+        else:
+            known = list(attrs) + list(blocks)
+            errors.append(f"{where}: no attribute {key!r}{suggest(key, known)}")
+    for name, required in attrs.items():
+        if required and name not in seen:
+            errors.append(f"{where}: required attribute {name!r} is missing")
+    for name, block in blocks.items():
+        if block["required"] and name not in seen:
+            errors.append(f"{where}: required block {name!r} is missing")
+
+
+STEP = re.compile(r"\.([a-z_][a-z0-9_]*)|\[[^\[\]]*\]|\.\*")
+DIRECT_REF = re.compile(
+    r"(?<![\w.])(data\.)?(google_[a-z0-9_]+)\.([a-z_][a-z0-9_-]*)"
+    r"((?:\[[^\[\]]*\]|\.[a-z_][a-z0-9_]*|\.\*)*)"
+)
+FOR_BINDING = re.compile(
+    r"\bfor\s+(?:[a-z_]\w*\s*,\s*)?([a-z_]\w*)\s+in\s+(data\.)?(google_[a-z0-9_]+)\.([a-z_][a-z0-9_-]*)\s*:"
+)
+
+
+def strings_in(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from strings_in(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from strings_in(value)
+
+
+def check_path(reads: dict[str, Any] | None, path: str, where: str, errors: list[str]) -> None:
+    """Walk `.attr[0].nested` through what the provider lets an expression read."""
+    current = reads
+    for step in STEP.finditer(path):
+        name = step.group(1)
+        if name is None:  # an index or a splat
+            continue
+        if current is None:  # a primitive, a map or a JSON value: nothing more to check
+            return
+        if name not in current:
+            errors.append(f"{where}: cannot read {name!r}{suggest(name, current)}")
+            return
+        current = current[name]
+
+
+def check_references(
+    parsed: dict[str, Any],
+    declared: set[tuple[str, str, str]],
+    schema: dict[str, Any],
+    where: str,
+    errors: list[str],
+) -> None:
+    for text in strings_in(parsed):
+        found: list[tuple[str, str, str, str]] = []
+        for match in DIRECT_REF.finditer(text):
+            kind = "data" if match.group(1) else "resource"
+            found.append((kind, match.group(2), match.group(3), match.group(4)))
+        for binding in FOR_BINDING.finditer(text):
+            kind = "data" if binding.group(2) else "resource"
+            var = binding.group(1)
+            for use in re.finditer(rf"(?<![\w.]){var}((?:\[[^\[\]]*\]|\.[a-z_][a-z0-9_]*)+)", text):
+                found.append((kind, binding.group(3), binding.group(4), "[0]" + use.group(1)))
+        for kind, tf_type, name, path in found:
+            entry = schema[kind].get(tf_type)
+            label = f"{where}: {'data.' if kind == 'data' else ''}{tf_type}.{name}"
+            if entry is None:
+                errors.append(f"{label}: no {kind} type {tf_type!r}")
+            elif (kind, tf_type, name) not in declared:
+                errors.append(f"{label}: not declared in this module")
+            else:
+                check_path(entry["reads"], path, label, errors)
+
+
+def schema_errors(files: dict[str, str], schema: dict[str, Any]) -> list[str]:
+    """Everything in one module's files ({name: text}) that the provider schema does not have."""
+    errors: list[str] = []
+    parsed = {name: parse_hcl(text) for name, text in files.items()}
+    declared: set[tuple[str, str, str]] = set()
+    for name, tree in parsed.items():
+        for kind in ("resource", "data"):
+            for (tf_type, label), body in labelled(tree, kind):
+                declared.add((kind, tf_type, label))
+                where = f"{name}: {'data.' if kind == 'data' else ''}{tf_type}.{label}"
+                entry = schema[kind].get(tf_type)
+                if entry is None:
+                    known = schema[kind]
+                    errors.append(f"{where}: no {kind} type {tf_type!r}{suggest(tf_type, known)}")
+                    continue
+                check_body(body, entry, where, META[kind], errors)
+        for (provider,), body in labelled(tree, "provider"):
+            if provider == "google":
+                check_body(
+                    body, schema["provider"], f"{name}: provider.google", META["provider"], errors
+                )
+    for name, tree in parsed.items():
+        check_references(tree, declared, schema, name, errors)
+    return errors
+
+
+def module_texts(module: str) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((MODULES / module).glob("*.tf"))}
+
+
+def test_static_schema_is_google_provider_6_50(google_schema: dict[str, Any]) -> None:
+    assert google_schema["provider_version"] == PROVIDER_VERSION
+    assert len(google_schema["resource"]) > 500 and google_schema["provider"]
+    instance = google_schema["resource"]["google_compute_instance"]
+    assert instance["attrs"]["machine_type"] is True  # required
+    assert "on_host_maintenance" in instance["blocks"]["scheduling"]["schema"]["attrs"]
+    assert "nat_ip" in instance["reads"]["network_interface"]["access_config"]
+
+
+@pytest.mark.parametrize("module", GCP_MODULES)
+def test_static_module_matches_google_provider_schema(
+    module: str, google_schema: dict[str, Any]
+) -> None:
+    files = module_texts(module)
+    errors = schema_errors(files, google_schema)
+    assert not errors, "\n".join(errors)
+    # The check saw the module's resources (not an empty parse).
+    resources = [r for tree in map(parse_hcl, files.values()) for r in labelled(tree, "resource")]
+    assert resources
+
+
+@pytest.mark.parametrize("module", GCP_MODULES)
+def test_static_example_provider_block_matches_google_provider_schema(
+    module: str, google_schema: dict[str, Any]
+) -> None:
+    example = MODULES / module / "examples" / "basic" / "main.tf"
+    errors = schema_errors({"examples/basic/main.tf": example.read_text()}, google_schema)
+    assert not errors, "\n".join(errors)
+    assert any(labelled(parse_file(example), "provider")), "the example configures google"
+
+
+INSTANCE = """
+resource "google_compute_instance" "x" {
+  name         = "x"
+  machine_type = "g2-standard-8"
+  zone         = "us-central1-a"
+  %s
+  boot_disk {
+    initialize_params {
+      image = "debian-cloud/debian-12"
+    }
+  }
+  network_interface {
+    subnetwork = "s"
+    access_config {}
+  }
+  scheduling {
+    %s
+  }
+}
+
+output "ip" {
+  value = google_compute_instance.x.network_interface[0].%s
+}
+"""
+
+
+def instance(
+    extra: str = "", scheduling: str = "preemptible = true", read: str = "network_ip"
+) -> dict[str, str]:
+    return {"main.tf": INSTANCE % (extra, scheduling, read)}
+
+
+def test_static_schema_check_accepts_a_valid_instance(google_schema: dict[str, Any]) -> None:
+    """The control for the negative tests below: only the one change makes them fail."""
+    assert schema_errors(instance(), google_schema) == []
+
+
+def test_static_schema_check_rejects_a_made_up_attribute(google_schema: dict[str, Any]) -> None:
+    errors = schema_errors(instance(extra="made_up_attribute = true"), google_schema)
+    assert len(errors) == 1 and "no attribute 'made_up_attribute'" in errors[0], errors
+
+
+def test_static_schema_check_rejects_a_typo_in_a_nested_block(
+    google_schema: dict[str, Any],
+) -> None:
+    errors = schema_errors(instance(scheduling="preemptable = true"), google_schema)
+    assert len(errors) == 1, errors
+    assert "scheduling: no attribute 'preemptable' (did you mean 'preemptible'?)" in errors[0]
+
+
+def test_static_schema_check_rejects_a_block_written_as_an_attribute(
+    google_schema: dict[str, Any],
+) -> None:
+    errors = schema_errors(instance(extra="shielded_instance_config = {}"), google_schema)
+    assert len(errors) == 1 and "'shielded_instance_config' is a block" in errors[0], errors
+
+
+def test_static_schema_check_rejects_a_missing_required_block(
+    google_schema: dict[str, Any],
+) -> None:
+    text = INSTANCE % ("", "preemptible = true", "network_ip")
+    text = re.sub(r"  boot_disk \{.*?\n  \}\n", "", text, flags=re.S)
+    errors = schema_errors({"main.tf": text}, google_schema)
+    assert errors == ["main.tf: google_compute_instance.x: required block 'boot_disk' is missing"]
+
+
+def test_static_schema_check_rejects_a_bad_read_and_an_unknown_type(
+    google_schema: dict[str, Any],
+) -> None:
+    errors = schema_errors(instance(read="access_config[0].nat_ipp"), google_schema)
+    assert len(errors) == 1 and "cannot read 'nat_ipp' (did you mean 'nat_ip'?)" in errors[0], (
+        errors
+    )
+    typo = {
+        "main.tf": INSTANCE.replace("google_compute_instance", "google_compute_instanse")
+        % ("", "preemptible = true", "network_ip")
+    }
+    errors = schema_errors(typo, google_schema)
+    assert any("no resource type 'google_compute_instanse'" in e for e in errors), errors
+
+
+def test_static_schema_check_rejects_a_made_up_attribute_in_the_real_module(
+    google_schema: dict[str, Any],
+) -> None:
+    """The same check on gcp_cluster's own main.tf with one line added: it fails there too."""
+    files = module_texts("gcp_cluster")
+    anchor = 'resource "google_compute_instance" "this" {\n'
+    assert anchor in files["main.tf"]
+    files["main.tf"] = files["main.tf"].replace(anchor, anchor + "  made_up_attribute = true\n")
+    errors = schema_errors(files, google_schema)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(
+        "main.tf: google_compute_instance.this: no attribute 'made_up_attribute'"
+    ), errors
+
+
+# --- the catalog ------------------------------------------------------------------------------------------
+
+# Google's G2 table: L4 GPUs per machine type (the name gives vCPUs, not GPUs).
+G2_GPUS = {4: 1, 8: 1, 12: 1, 16: 1, 24: 2, 32: 1, 48: 4, 96: 8}
+NAMED = [
+    (re.compile(r"a2-highgpu-(\d+)g"), "A100", "NVIDIA A100 40GB", 40),
+    (re.compile(r"a2-ultragpu-(\d+)g"), "A100-80GB", "NVIDIA A100 80GB", 80),
+    (re.compile(r"a3-(?:high|mega)gpu-(\d+)g"), "H100", "NVIDIA H100 80GB", 80),
+    (re.compile(r"a3-ultragpu-(\d+)g"), "H200", "NVIDIA H200 141GB", 141),
+]
+
+
+def expected_gpus(key: str, entry: dict[str, Any]) -> tuple[str, int, int]:
+    """(accelerator name, count, GPU memory) that the entry's name implies."""
+    for pattern, accel, model, memory in NAMED:
+        found = pattern.fullmatch(key)
+        if found:
+            assert entry["gpu"].startswith(model), (key, entry["gpu"])
+            return accel, int(found.group(1)), memory
+    g2 = re.fullmatch(r"g2-standard-(\d+)", key)
+    if g2:
+        vcpus = int(g2.group(1))
+        assert entry["vcpus"] == vcpus and entry["memory_gib"] == 4 * vcpus, key
+        assert entry["gpu"] == "NVIDIA L4", key
+        return "L4", G2_GPUS[vcpus], 24
+    n1 = re.fullmatch(r"(n1-standard-(\d+))\+t4x(\d+)", key)
+    assert n1, f"catalog key {key!r} matches no known naming scheme"
+    assert entry["machine_type"] == n1.group(1), key
+    assert entry["guest_accelerator"] == {"type": "nvidia-tesla-t4", "count": int(n1.group(3))}
+    vcpus = int(n1.group(2))
+    assert entry["vcpus"] == vcpus and entry["memory_gib"] == int(vcpus * 3.75), key
+    assert entry["gpu"] == "NVIDIA T4", key
+    return "T4", int(n1.group(3)), 16
+
+
+def test_static_gcp_catalog_parses_and_names_agree_with_gpus() -> None:
+    from rlinfra.accelerators import KNOWN_ACCELERATORS, parse_accelerator
+
+    data = catalog()
+    assert data["as_of"] == "2026-12-05" and data["currency"] == "USD"
+    assert all(s["url"].startswith("https://") for s in data["sources"])
+    assert any(s["url"].startswith("https://cloud.google.com/compute/") for s in data["sources"])
+    regions = data["regions"]
+    assert {"us-central1", "us-east4", "us-east5", "europe-west4", "asia-southeast1"} <= set(
+        regions
+    )
+
+    types = data["machine_types"]
+    required = {
+        "machine_type",
+        "accelerator",
+        "gpu",
+        "gpus",
+        "gpu_memory_gib",
+        "vcpus",
+        "memory_gib",
+        "zones",
+        "prices",
+    }
+    for wanted in [
+        *(f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)),
+        "a2-ultragpu-1g",
+        "a2-ultragpu-8g",
+        "a3-highgpu-8g",
+        "a3-megagpu-8g",
+        "a3-ultragpu-8g",
+        *(f"g2-standard-{n}" for n in G2_GPUS),
+    ]:
+        assert wanted in types, wanted
+    assert any(key.startswith("n1-") for key in types)
+
+    for key, entry in types.items():
+        assert required <= set(entry), (key, required - set(entry))
+        accel, count, memory = expected_gpus(key, entry)
+        spec = parse_accelerator(entry["accelerator"])
+        assert (spec.name, spec.count) == (accel, count), key
+        assert entry["gpus"] == count and entry["gpu_memory_gib"] == memory, key
+        assert spec.name in KNOWN_ACCELERATORS and KNOWN_ACCELERATORS[spec.name] == memory, key
+        if not key.startswith("n1-"):
+            assert entry["machine_type"] == key and "guest_accelerator" not in entry, key
+
+        assert entry["zones"] and set(entry["zones"]) <= set(regions), key
+        for region, zones in entry["zones"].items():
+            assert zones and all(re.fullmatch(rf"{region}-[a-z]", z) for z in zones), (key, region)
+        for region, price in entry["prices"].items():
+            assert region in entry["zones"], f"{key}: priced in {region} but not offered there"
+            on_demand, spot = price["on_demand"], price["spot"]
+            assert on_demand is None or on_demand > 0, key
+            assert spot is None or (on_demand is not None and 0 < spot < on_demand), key
+            if on_demand is None:
+                assert "not known with confidence" in entry.get("notes", ""), key
+    # Spot prices move daily: none is recorded, and the catalog says so.
+    assert all(p["spot"] is None for e in types.values() for p in e["prices"].values())
+    assert any("Spot prices are variable" in note for note in data["notes"])
+
+
+def test_static_gcp_catalog_a2_prices_scale_with_gpu_count() -> None:
+    """A transcription check: A2 machine types are one shape times the GPU count."""
+    types = catalog()["machine_types"]
+    for family in ("a2-highgpu", "a2-ultragpu"):
+        one = types[f"{family}-1g"]["prices"]["us-central1"]["on_demand"]
+        for key, entry in types.items():
+            if key.startswith(family + "-"):
+                price = entry["prices"]["us-central1"]["on_demand"]
+                assert price == pytest.approx(one * entry["gpus"], rel=1e-3), key
+                assert entry["vcpus"] == 12 * entry["gpus"], key
