@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
 from rlinfra.errors import ProfileError, UsageError
@@ -27,6 +35,8 @@ from rlinfra.workloads.model import Workload
 CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# A Google Cloud project id: 6-30 lowercase letters, digits and hyphens, a letter first.
+PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 
 Cloud = Literal["local", "aws", "gcp", "ssh"]
 
@@ -307,6 +317,10 @@ class Profile(_Strict):
     cloud: Cloud = "local"
     region: str | None = None
     zone: str | None = None
+    project: str | None = Field(
+        default=None,
+        description="Google Cloud project id (cloud gcp only; `up` needs it). Unset elsewhere.",
+    )
     resources: Resources = Field(default_factory=Resources)
     ports: list[int] = Field(default_factory=list, description="Service ports to open.")
     env: dict[str, str] = Field(default_factory=dict)
@@ -339,6 +353,25 @@ class Profile(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str | None) -> str | None:
+        if value is not None and not PROJECT_ID_RE.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Google Cloud project id (6-30 lowercase letters, digits "
+                "and '-', starting with a letter, not ending with '-')"
+            )
+        return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_project(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """``project`` is left out of dumps while unset, so profiles of other clouds (and their
+        rendered copies and records) read as before the field existed."""
+        data = handler(self)
+        if isinstance(data, dict) and self.project is None:
+            data.pop("project", None)
+        return data
+
     @field_validator("ports")
     @classmethod
     def _ports(cls, value: list[int]) -> list[int]:
@@ -352,6 +385,10 @@ class Profile(_Strict):
 
     @model_validator(mode="after")
     def _cross(self) -> Profile:
+        if self.project is not None and self.cloud != "gcp":
+            raise ValueError(
+                f"project is for cloud gcp only (this profile's cloud is {self.cloud})"
+            )
         ray_ports = self.network.ray.ports()
         for name, port in ray_ports.items():
             if not 1 <= port <= 65535:
@@ -372,6 +409,16 @@ class Profile(_Strict):
             raise ValueError("two storage entries share one mount_path")
         retrieval = self.serving.retrieval if self.serving else None
         if retrieval is not None:
+            if retrieval.clients and self.cloud == "local":
+                raise ValueError(
+                    "serving.retrieval.clients: the local cloud's clusters cannot reach each "
+                    "other (each stays on its own bridge); use the retriever from its own nodes"
+                )
+            if any(c.endswith("/0") for c in retrieval.clients) and not self.network.allow_public:
+                raise ValueError(
+                    "serving.retrieval.clients opens the retrieval service to every network; "
+                    "set network.allow_public: true if that is intended"
+                )
             public = ipaddress.ip_address(retrieval.host).is_unspecified
             if public and not self.network.allow_public:
                 raise ValueError(

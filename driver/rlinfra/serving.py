@@ -67,6 +67,12 @@ class RetrievalServing(_Strict):
     topk: int = Field(default=3, ge=1, le=1000, description="Default top-k.")
     max_topk: int = Field(default=50, ge=1, le=1000)
     max_queries: int = Field(default=128, ge=1, le=10000, description="Queries per request.")
+    clients: list[str] = Field(
+        default_factory=list,
+        description="Networks of other clusters that use this service (e.g. a trainer's address "
+        "or subnet): the service then listens on every interface, and the cluster's firewall "
+        "opens its port to these ranges only (not SSH, not Ray).",
+    )
     cpus_per_replica: float = Field(default=1.0, gt=0, le=512)
     max_replicas_per_node: int | None = Field(default=None, ge=1, le=64)
 
@@ -93,6 +99,23 @@ class RetrievalServing(_Strict):
         if sample and not re.fullmatch(r"sample:[1-9][0-9]*(:[0-9]+)?", str(value)):
             raise ValueError(f"{value!r}: write sample:N or sample:N:SEED (N >= 1)")
         return value
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, value: list[str]) -> list[str]:
+        out = []
+        for cidr in value:
+            try:
+                net = ipaddress.IPv4Network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not an IPv4 CIDR block") from exc
+            out.append(str(net))
+        return out
+
+    @property
+    def bind_host(self) -> str:
+        """Where Serve listens: every interface when other clusters use it, else ``host``."""
+        return "0.0.0.0" if self.clients else self.host
 
     @field_validator("data_dir")
     @classmethod
@@ -152,7 +175,7 @@ def retrieval_ansible_vars(
         "retrieval_service_enabled": True,
         "retrieval_service_settings": retrieval_settings(serving, mount_paths),
         "retrieval_service_replicas": serving.replicas,
-        "retrieval_service_host": serving.host,
+        "retrieval_service_host": serving.bind_host,
         "retrieval_service_port": serving.port,
         "retrieval_service_num_cpus": serving.cpus_per_replica,
         "retrieval_service_max_replicas_per_node": serving.max_replicas_per_node or 0,

@@ -270,3 +270,28 @@ def test_allow_cidr_and_the_accounts_bucket_name_reach_the_terraform_plan(aws: A
         ).stdout
     )
     assert exact["buckets"] == ["team-ckpt-exact"]
+
+
+def test_retrieval_clients_open_only_the_service_port_to_another_cluster(aws: Aws) -> None:
+    """Two clusters, one retriever: `serving.retrieval.clients` (a trainer cluster's range)
+    opens the retrieval port, and only it, to that range in the saved plan's security group,
+    and the service listens on every interface for them."""
+    data = yaml.safe_load((Path(__file__).parents[2] / "profiles/retrieval-cpu.yaml").read_text())
+    data["network"]["allowed_cidrs"] = [CIDR]
+    data["serving"]["retrieval"]["clients"] = ["203.0.113.0/28"]
+    path = aws.profiles / "served.yaml"
+    path.write_text(yaml.safe_dump(data))
+    aws.run("plan", "-p", str(path), "-c", "served", "--terraform", "--json")
+    folder = Path(aws.env["RLINFRA_HOME"]) / "clusters" / "served"
+    planned = json.loads((folder / "terraform" / "cluster" / "tfplan.json").read_text())
+    rules: list[tuple[int, list[str]]] = []
+    for change in planned["resource_changes"]:
+        if change["type"] == "aws_security_group":
+            for rule in (change["change"].get("after") or {}).get("ingress") or []:
+                rules.append((rule["from_port"], sorted(rule.get("cidr_blocks") or [])))
+    assert (8000, ["203.0.113.0/28"]) in rules, rules
+    # The clients reach nothing else: not SSH, not any other port.
+    assert [port for port, cidrs in rules if "203.0.113.0/28" in cidrs] == [8000], rules
+    assert (22, [CIDR]) in rules, rules
+    variables = yaml.safe_load((folder / "ansible" / "vars.yml").read_text())
+    assert variables["retrieval_service_host"] == "0.0.0.0"

@@ -98,6 +98,7 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         "allowed_cidrs": list(profile.network.allowed_cidrs),
         "allow_public": profile.network.allow_public,
         "service_ports": sorted(profile.ports),
+        "service_clients": service_clients(profile),
         "placement_group": res.placement_group and plan.num_nodes > 1,
         "efa": profile.network.efa,
         "spot": res.spot,
@@ -109,6 +110,14 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
     if plan.storage_buckets:
         out["storage"] = {**_common(plan, ctx), "buckets": plan.storage_buckets}
     return out
+
+
+def service_clients(profile: Profile) -> list[dict[str, Any]]:
+    """Ports other clusters may reach, each from its clients' ranges (the module's shape)."""
+    retrieval = profile.serving.retrieval if profile.serving else None
+    if retrieval is None or not retrieval.clients:
+        return []
+    return [{"port": retrieval.port, "cidrs": list(retrieval.clients)}]
 
 
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:

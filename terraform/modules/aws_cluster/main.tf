@@ -82,6 +82,18 @@ resource "aws_security_group" "this" {
     }
   }
 
+  # One service port each for the clients named (other clusters), nothing else.
+  dynamic "ingress" {
+    for_each = var.service_clients
+    content {
+      description = "Service port ${ingress.value.port} from client networks"
+      protocol    = "tcp"
+      from_port   = ingress.value.port
+      to_port     = ingress.value.port
+      cidr_blocks = ingress.value.cidrs
+    }
+  }
+
   egress {
     description = "All outbound traffic (package mirrors, model hubs, S3)"
     protocol    = "-1"

@@ -56,6 +56,7 @@ module "cluster" {
   allowed_cidrs       = var.allowed_cidrs
   allow_public        = var.allow_public
   service_ports       = var.service_ports
+  service_clients     = var.service_clients
   ssh_public_key      = var.ssh_public_key
   placement_group     = var.placement_group
   efa                 = var.efa

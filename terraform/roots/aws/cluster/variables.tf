@@ -121,6 +121,15 @@ variable "service_ports" {
   default     = []
 }
 
+variable "service_clients" {
+  description = "Other networks that may reach one service port each (port and CIDRs)."
+  type = list(object({
+    port  = number
+    cidrs = list(string)
+  }))
+  default = []
+}
+
 variable "placement_group" {
   description = "Put the nodes in a cluster placement group when there is more than one."
   type        = bool
