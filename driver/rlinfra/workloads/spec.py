@@ -387,6 +387,37 @@ def _flag(overrides: Mapping[str, str], key: str) -> bool:
     return overrides.get(key, "").strip().lower() == "true"
 
 
+# Verl 0.6.0's trainer.save_freq default (ppo_trainer.yaml): never save.
+VERL_DEFAULT_SAVE_FREQ = -1
+
+
+def spot_warnings(plan: Plan, overrides: Mapping[str, str]) -> list[str]:
+    """What makes a spot profile lose work on preemption: a trainer that never saves, or
+    checkpoints that stay on the node's disk instead of the bucket."""
+    profile = plan.profile
+    if not profile.resources.spot:
+        return []
+    out = []
+    raw = overrides.get("trainer.save_freq")
+    try:
+        every = int(raw) if raw is not None else VERL_DEFAULT_SAVE_FREQ
+    except ValueError:
+        every = VERL_DEFAULT_SAVE_FREQ
+    if every <= 0:
+        shown = raw if raw is not None else f"unset, Verl's default {VERL_DEFAULT_SAVE_FREQ}"
+        out.append(
+            f"resources.spot: the trainer never saves a checkpoint (trainer.save_freq {shown}): "
+            "a preempted node loses the whole run; set workload.overrides.trainer.save_freq"
+        )
+    if profile.storage and profile.storage[0].mode != "MOUNT":
+        out.append(
+            f"resources.spot: checkpoints go to {profile.storage[0].mount_path}, a copy of the "
+            f"bucket on the node's disk (storage[0].mode {profile.storage[0].mode}), never "
+            "written back: a preempted node loses them; use mode MOUNT"
+        )
+    return out
+
+
 def _memory_warning(plan: Plan, workload: Workload, overrides: Mapping[str, str]) -> str | None:
     if plan.accelerator is None or workload.program != "verl":
         return None
@@ -608,6 +639,7 @@ def job_spec(plan: Plan) -> JobSpec:
             argv.append(key if key.startswith("~") and value in ("", "null") else f"{key}={value}")
         entrypoint = tuple(argv)
         when_secret = wandb_when_given(plan, overrides)
+        warnings.extend(spot_warnings(plan, overrides))
         warning = _memory_warning(plan, workload, overrides)
         if warning:
             warnings.append(warning)
