@@ -180,6 +180,8 @@ class Record(BaseModel):
     buckets: list[str] = Field(default_factory=list)
     num_nodes: int | None = None
     gpus_per_node: int | None = None
+    # The machine type the cluster runs on (after any capacity failover at `up`).
+    instance_type: str | None = None
     ray: dict[str, Any] = Field(default_factory=dict)
     services: list[dict[str, Any]] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)

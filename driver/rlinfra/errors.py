@@ -44,5 +44,13 @@ class OperationError(RlinfraError):
     exit_code = EXIT_FAILED
 
 
+class TerraformError(OperationError):
+    """A Terraform command that failed; ``output`` is all it printed (for reading error codes)."""
+
+    def __init__(self, message: str, hint: str | None = None, output: str = "") -> None:
+        super().__init__(message, hint)
+        self.output = output
+
+
 class ClusterBusyError(OperationError):
     """Another rlinfra command holds the cluster's lock."""

@@ -406,6 +406,49 @@ def _apply_root(tf: Any, gone: list[Any], from_plan: bool = False) -> bool:
     return changed
 
 
+def _apply_with_failover(
+    plan: Plan, ctx: Context, cloud: Cloud, tf: Any, gone: list[Gone]
+) -> tuple[Plan, bool]:
+    """Apply the cluster root with the plan's machine; when the cloud has no capacity or quota
+    for it, the next candidate in the plan's order, and so on. Each try and its error are
+    shown; Terraform's state stays consistent (a failed create leaves nothing, the next try
+    replaces what the last one made). Returns the plan that was applied."""
+    import dataclasses
+
+    from rlinfra.errors import TerraformError
+
+    tried: list[str] = []
+    choices = list(plan.choices)
+    for index, choice in enumerate(choices):
+        if index:
+            rest = [c for c in choices if c is not choice]
+            plan = dataclasses.replace(
+                plan,
+                choices=(choice, *rest),
+                accelerator=choice.accelerator or plan.accelerator,
+            )
+            # Every file the machine decides is rendered again (tfvars, Ansible's GPU checks).
+            write_files(ctx.deployment_dir, render(plan, ctx))
+            ui.info(f"capacity: trying {choice.instance_type} ({index + 1} of {len(choices)})")
+        try:
+            return plan, _apply_root(tf, gone)
+        except TerraformError as exc:
+            code = cloud.capacity_error(exc.output)
+            if code is None:
+                raise
+            tried.append(f"{choice.instance_type}: {code}")
+            ui.warn(f"capacity: {choice.instance_type} in {ctx_zone(plan)}: {code}")
+    raise OperationError(
+        f"no candidate could be created ({'; '.join(tried)})",
+        "Try another zone or region (zone:, region:), other accelerators, or on-demand "
+        "capacity; the state is consistent, and re-running `up` tries them again.",
+    )
+
+
+def ctx_zone(plan: Plan) -> str:
+    return plan.profile.zone or plan.profile.region or plan.cloud
+
+
 def _require_replacements(tf: Any, gone: list[Any]) -> None:
     """A saved plan must replace what was lost since: otherwise Ansible would meet no host."""
     if not gone or not (tf.root / "tfplan").is_file():
@@ -522,6 +565,7 @@ def up(
             services=services(plan),
             versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
             resolved_profile=plan.profile.model_dump(mode="json"),
+            instance_type=plan.instance_type,
             stage=Stage.RENDERED,
             error=None,
         )
@@ -534,7 +578,12 @@ def up(
                 if root not in gone:
                     gone[root] = _gone(cloud, tf, root)
                 replaced += _replacing(gone[root])
-                changed = _apply_root(tf, gone[root], from_plan) or changed
+                if root == "cluster" and not from_plan and len(plan.choices) > 1:
+                    plan, applied = _apply_with_failover(plan, ctx, cloud, tf, gone[root])
+                    changed = applied or changed
+                    update_record(folder, instance_type=plan.instance_type)
+                else:
+                    changed = _apply_root(tf, gone[root], from_plan) or changed
             if from_plan:
                 (folder / "plan-digest.txt").unlink(missing_ok=True)
             outputs = _terraform(ctx, "cluster").output()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -295,3 +296,108 @@ def test_retrieval_clients_open_only_the_service_port_to_another_cluster(aws: Aw
     assert (22, [CIDR]) in rules, rules
     variables = yaml.safe_load((folder / "ansible" / "vars.yml").read_text())
     assert variables["retrieval_service_host"] == "0.0.0.0"
+
+
+class _NoCapacityFor:
+    """A proxy in front of the emulator that answers EC2 RunInstances for one instance type
+    with InsufficientInstanceCapacity, as EC2 does when a zone has none (the emulator cannot run
+    out of capacity by itself); everything else goes to the emulator unchanged."""
+
+    ERROR = (
+        '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+        "<Code>InsufficientInstanceCapacity</Code><Message>We currently do not have "
+        "sufficient {kind} capacity in the Availability Zone you requested.</Message>"
+        "</Error></Errors><RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+    )
+
+    def __init__(self, upstream: str, kind: str) -> None:
+        import http.server
+        import threading
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        self.refused = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                form = urllib.parse.parse_qs(body.decode(errors="replace"))
+                if form.get("Action") == ["RunInstances"] and form.get("InstanceType") == [kind]:
+                    proxy.refused += 1
+                    data = _NoCapacityFor.ERROR.format(kind=kind).encode()
+                    self.send_response(500)
+                    self.send_header("Content-Type", "text/xml")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                request = urllib.request.Request(
+                    upstream + self.path,
+                    data=body if self.command not in ("GET", "HEAD") else None,
+                    method=self.command,
+                    headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=120) as answer:
+                        status, headers, data = answer.status, answer.headers, answer.read()
+                except urllib.error.HTTPError as error:
+                    status, headers, data = error.code, error.headers, error.read()
+                self.send_response(status)
+                for key, value in headers.items():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_up_fails_over_to_the_next_candidate_when_a_type_has_no_capacity(aws: Aws) -> None:
+    """The cheapest candidate (p4d.24xlarge) has no capacity: `up` shows the error, creates the
+    next candidate in the plan's order instead, and leaves a state that converges."""
+
+    name = f"f{uuid.uuid4().hex[:6]}"
+    path = write_profile(aws.profiles, name)
+    proxy = _NoCapacityFor(aws.url, "p4d.24xlarge")
+    env = {**aws.env, "RLINFRA_AWS_ENDPOINT_URL": proxy.url}
+    try:
+        argv = [RLINFRA, "up", "-p", str(path), "-c", name, "--yes", "--infra-only", "--json"]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+        assert proxy.refused >= 1
+        assert "capacity: p4d.24xlarge in us-east-1a: InsufficientInstanceCapacity" in done.stderr
+        trying = re.search(r"capacity: trying (\S+) \(2 of (\d+)\)", done.stderr)
+        assert trying, done.stderr
+        second = trying.group(1)
+        assert second != "p4d.24xlarge"
+        ec2 = aws.boto("ec2")
+        filters = [
+            {"Name": "tag:rlinfra:cluster", "Values": [name]},
+            {"Name": "instance-state-name", "Values": ["running", "pending"]},
+        ]
+        found = ec2.describe_instances(Filters=filters)["Reservations"]  # type: ignore[attr-defined]
+        types = sorted(i["InstanceType"] for r in found for i in r["Instances"])
+        assert types and set(types) == {second}, types
+        record = json.loads(
+            (Path(aws.env["RLINFRA_HOME"]) / "clusters" / name / "record.json").read_text()
+        )
+        assert record["instance_type"] == second and record["stage"] == "infrastructure"
+        tfvars = Path(aws.env["RLINFRA_HOME"]) / "clusters" / name / "terraform" / "cluster"
+        assert json.loads((tfvars / "terraform.tfvars.json").read_text())["instance_type"] == second
+    finally:
+        proxy.close()
+    aws.run("down", name, "--yes", "--delete-buckets")

@@ -112,6 +112,30 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
     return out
 
 
+# EC2 error codes that mean "not this instance type here, now": another candidate may work.
+CAPACITY_ERRORS = (
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientCapacity",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "SpotMaxPriceTooLow",
+    "Unsupported",
+)
+
+
+def capacity_error(output: str) -> str | None:
+    """The first EC2 capacity or quota error in Terraform's output (the AWS SDK writes
+    ``api error CODE: message``), else None."""
+    import re
+
+    for match in re.finditer(r"api error (?:Server\.)?([A-Za-z]+):", output):
+        if match.group(1) in CAPACITY_ERRORS:
+            return match.group(1)
+    return None
+
+
 def service_clients(profile: Profile) -> list[dict[str, Any]]:
     """Ports other clusters may reach, each from its clients' ranges (the module's shape)."""
     retrieval = profile.serving.retrieval if profile.serving else None
@@ -294,6 +318,9 @@ class AwsCloud(Cloud):
 
     def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
         return hosts_from_outputs(outputs)
+
+    def capacity_error(self, output: str) -> str | None:
+        return capacity_error(output)
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         return bucket_versions(folder, bucket)

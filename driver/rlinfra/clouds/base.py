@@ -10,7 +10,10 @@ required (abstract)
     ``hosts_from_outputs``, and the ``name``/``roots`` attributes.
 optional (the defaults say "nothing to do" or "not offered")
     ``check_context`` (refuse cache/home placements before anything is built),
+    ``profile_account`` (the account that the profile itself names, e.g. a GCP project: default
+    bucket names derive from it without asking the cloud),
     ``gone_resources`` (state entries the world lost, for Terraform to replace),
+    ``capacity_error`` (a failed apply that another candidate machine may not hit),
     ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
     removes; a cloud that offers one offers both).
 
@@ -113,9 +116,19 @@ class Cloud(ABC):
         """Refuse placements of rlinfra's home, cache or buckets this cloud cannot use."""
         return None
 
+    def profile_account(self, profile: Profile) -> str | None:
+        """The account (or project) the profile names, which ``account_id`` need not ask for;
+        None where the profile names none. Pure."""
+        return None
+
     def gone_resources(self, root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
         """Entries of a root's state that the world lost (and Terraform cannot see)."""
         return []
+
+    def capacity_error(self, output: str) -> str | None:
+        """The cloud's "no capacity or quota for this machine here" in Terraform's output (the
+        error code), else None: `up` then tries the plan's next candidate."""
+        return None
 
     @property
     def empties_buckets(self) -> bool:

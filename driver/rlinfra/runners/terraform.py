@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
-from rlinfra.errors import OperationError, UsageError
+from rlinfra.errors import OperationError, TerraformError, UsageError
 
 INSTALL_HINT = (
     "Install Terraform >= 1.5 (https://developer.hashicorp.com/terraform/install) and put it on "
@@ -125,9 +125,10 @@ class Terraform:
                     proc.wait(timeout=300)
                 raise
             if code not in ok_codes:
-                raise OperationError(
+                raise TerraformError(
                     f"terraform {cmd} failed in {self.root}: {_last_error(lines)}",
                     f"Full output: {log_path}",
+                    output="".join(lines),
                 )
         return code, "".join(lines)
 
