@@ -429,7 +429,6 @@ def _apply_with_failover(
             )
             # Every file the machine decides is rendered again (tfvars, Ansible's GPU checks).
             write_files(ctx.deployment_dir, render(plan, ctx))
-            ui.info(f"capacity: trying {choice.instance_type} ({index + 1} of {len(choices)})")
         try:
             return plan, _apply_root(tf, gone)
         except TerraformError as exc:
@@ -437,7 +436,12 @@ def _apply_with_failover(
             if code is None:
                 raise
             tried.append(f"{choice.instance_type}: {code}")
-            ui.warn(f"capacity: {choice.instance_type} in {ctx_zone(plan)}: {code}")
+            following = (
+                f"; trying {choices[index + 1].instance_type} ({index + 2} of {len(choices)})"
+                if index + 1 < len(choices)
+                else ""
+            )
+            ui.warn(f"capacity: {choice.instance_type} in {ctx_zone(plan)}: {code}{following}")
     raise OperationError(
         f"no candidate could be created ({'; '.join(tried)})",
         "Try another zone or region (zone:, region:), other accelerators, or on-demand "

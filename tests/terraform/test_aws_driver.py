@@ -278,7 +278,7 @@ def test_retrieval_clients_open_only_the_service_port_to_another_cluster(aws: Aw
     opens the retrieval port, and only it, to that range in the saved plan's security group,
     and the service listens on every interface for them."""
     data = yaml.safe_load((Path(__file__).parents[2] / "profiles/retrieval-cpu.yaml").read_text())
-    data["network"]["allowed_cidrs"] = [CIDR]
+    data["network"] = {"allowed_cidrs": [CIDR]}
     data["serving"]["retrieval"]["clients"] = ["203.0.113.0/28"]
     path = aws.profiles / "served.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -379,8 +379,11 @@ def test_up_fails_over_to_the_next_candidate_when_a_type_has_no_capacity(aws: Aw
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr
         assert proxy.refused >= 1
-        assert "capacity: p4d.24xlarge in us-east-1a: InsufficientInstanceCapacity" in done.stderr
-        trying = re.search(r"capacity: trying (\S+) \(2 of (\d+)\)", done.stderr)
+        trying = re.search(
+            r"capacity: p4d\.24xlarge in us-east-1a: InsufficientInstanceCapacity; "
+            r"trying (\S+) \(2 of (\d+)\)",
+            done.stderr,
+        )
         assert trying, done.stderr
         second = trying.group(1)
         assert second != "p4d.24xlarge"
@@ -398,6 +401,14 @@ def test_up_fails_over_to_the_next_candidate_when_a_type_has_no_capacity(aws: Aw
         assert record["instance_type"] == second and record["stage"] == "infrastructure"
         tfvars = Path(aws.env["RLINFRA_HOME"]) / "clusters" / name / "terraform" / "cluster"
         assert json.loads((tfvars / "terraform.tfvars.json").read_text())["instance_type"] == second
+        # The deployment talks to the endpoint it was made with (the proxy): down goes there too.
+        down = subprocess.run(
+            [RLINFRA, "down", name, "--yes", "--delete-buckets"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert down.returncode == 0, down.stderr
     finally:
         proxy.close()
-    aws.run("down", name, "--yes", "--delete-buckets")

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlinfra.clouds.base import Cloud, Site
 from rlinfra.context import Context
-from rlinfra.errors import UsageError
+from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
 from rlinfra.profile import Profile
 from rlinfra.render import Host
@@ -260,9 +260,16 @@ def _s3_client(folder: Path) -> Any:
     return boto3.client("s3", region_name=tfvars["region"], endpoint_url=endpoint)
 
 
+def _s3_failed(bucket: str, exc: Exception) -> OperationError:
+    return OperationError(
+        f"S3 bucket {bucket}: {type(exc).__name__}: {exc}",
+        "Check the credentials and the network, then run the same command again.",
+    )
+
+
 def bucket_versions(folder: Path, bucket: str) -> int:
     """Object versions and delete markers in ``bucket`` (0 when it is gone)."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     s3 = _s3_client(folder)
     count = 0
@@ -272,23 +279,30 @@ def bucket_versions(folder: Path, bucket: str) -> int:
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
             return 0
-        raise
+        raise _s3_failed(bucket, exc) from None
+    except BotoCoreError as exc:
+        raise _s3_failed(bucket, exc) from None
     return count
 
 
 def empty_bucket(folder: Path, bucket: str) -> int:
     """Delete every object version and delete marker of ``bucket`` (after `down` asked)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     s3 = _s3_client(folder)
     deleted = 0
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-        items = [
-            {"Key": item["Key"], "VersionId": item["VersionId"]}
-            for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
-        ]
-        for start in range(0, len(items), 1000):
-            chunk = items[start : start + 1000]
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
-            deleted += len(chunk)
+    try:
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            items = [
+                {"Key": item["Key"], "VersionId": item["VersionId"]}
+                for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
+            ]
+            for start in range(0, len(items), 1000):
+                chunk = items[start : start + 1000]
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+                deleted += len(chunk)
+    except (BotoCoreError, ClientError) as exc:
+        raise _s3_failed(bucket, exc) from None
     return deleted
 
 
