@@ -16,6 +16,7 @@ scales down, and an unchanged re-run changes nothing. `down` runs at the end, al
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import threading
 import time
@@ -199,7 +200,7 @@ def test_the_search_loop_calls_the_clusters_retriever(service: dict[str, Any]) -
         "--retrieval-url", f"http://127.0.0.1:{PORT}/retrieve", "--topk", "2",
         "--out", "/checkpoints/search_scripted",
     ]  # fmt: skip
-    done = cluster.run("exec", cluster.name, "--", " ".join(argv))
+    done = cluster.run("exec", cluster.name, "--", shlex.join(argv))
     assert "search_infer:" in done.stdout
     out = cluster.home / "buckets" / BUCKET / "search_scripted"
     answers = jsonl(out / "answers.jsonl")
