@@ -12,6 +12,10 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
 export RLINFRA_CHECKOV := $(abspath $(CHECKOV))
+# The GCS JSON API emulator the GCP bucket tests run against (a test tool, in a venv of its own).
+GCS_EMULATOR_VENV ?= .venv-gcs-emulator
+GCS_EMULATOR := $(GCS_EMULATOR_VENV)/bin/gcp-storage-emulator
+export RLINFRA_GCS_EMULATOR := $(abspath $(GCS_EMULATOR))
 
 .PHONY: help deps system-deps venv lock test-latest up down lint test test-unit test-terraform test-ansible test-e2e bench clean
 
@@ -30,6 +34,7 @@ system-deps: ## Install the Debian packages the local cloud needs (root)
 LOCK := requirements/controller.lock
 VERL_LOCK := requirements/verl-config.lock
 CHECKOV_LOCK := requirements/checkov.lock
+GCS_EMULATOR_LOCK := requirements/gcs-emulator.lock
 PIP := -m pip install --quiet --disable-pip-version-check
 
 $(STAMP): pyproject.toml $(LOCK) $(VERL_LOCK)
@@ -45,7 +50,12 @@ $(CHECKOV): $(CHECKOV_LOCK)
 	$(CHECKOV_VENV)/bin/python $(PIP) --require-hashes -r $(CHECKOV_LOCK)
 	touch $(CHECKOV)
 
-venv: $(STAMP) $(CHECKOV) ## Create .venv with rlinfra and the development tools (and checkov's venv)
+$(GCS_EMULATOR): $(GCS_EMULATOR_LOCK)
+	$(PYTHON) -m venv $(GCS_EMULATOR_VENV)
+	$(GCS_EMULATOR_VENV)/bin/python $(PIP) --require-hashes -r $(GCS_EMULATOR_LOCK)
+	touch $(GCS_EMULATOR)
+
+venv: $(STAMP) $(CHECKOV) $(GCS_EMULATOR) ## Create .venv with rlinfra and the development tools (and the test tools' venvs)
 
 deps: system-deps venv ## Everything: Debian packages and the virtual environment
 
@@ -95,4 +105,4 @@ test-latest: system-deps ## Unit tests on the newest versions pyproject.toml all
 	  --deselect tests/unit/test_controller_lock.py::test_the_installed_environment_is_the_locked_one
 
 clean: ## Remove the virtual environment and caches
-	rm -rf $(VENV) $(CHECKOV_VENV) .venv-latest .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(GCS_EMULATOR_VENV) .venv-latest .pytest_cache .mypy_cache .ruff_cache

@@ -8,7 +8,9 @@ Writes, for this machine's Python (major.minor):
 - ``requirements/verl-config.lock``: the Verl wheel whose packaged config the tests compare
   override keys with (installed without its dependencies, so they are not resolved);
 - ``requirements/checkov.lock``: checkov, which pins versions that conflict with the project's
-  tools and so gets a venv of its own.
+  tools and so gets a venv of its own;
+- ``requirements/gcs-emulator.lock``: gcp-storage-emulator, the GCS JSON API emulator the GCP
+  bucket tests run against, in a venv of its own (it is a test tool, not a controller dependency).
 
 Wheels that only pip's configuration knows (its ``find-links`` folders, e.g. a local CPU torch
 wheel) are offered to uv the same way `rlinfra lock` offers them; their paths are not written.
@@ -29,6 +31,7 @@ from rlinfra.lock import _pip_config, one_line_per_requirement, pip_find_links  
 
 VERL_CONFIG_PIN = "verl==0.6.0"
 CHECKOV_PIN = "checkov==3.3.30"
+GCS_EMULATOR_PIN = "gcp-storage-emulator==2026.7.19"
 # hatchling builds the editable install (`pip install -e .`) with editables.
 BUILD_BACKEND = ("hatchling>=1.24", "editables")
 
@@ -101,10 +104,15 @@ def main() -> int:
         (folder / "checkov.lock").write_text(
             compile_lock([str(checkov)], [], "checkov, in a venv of its own.")
         )
+        emulator = Path(tmp) / "gcs-emulator.in"
+        emulator.write_text(GCS_EMULATOR_PIN + "\n")
+        (folder / "gcs-emulator.lock").write_text(
+            compile_lock([str(emulator)], [], "gcp-storage-emulator, in a venv of its own.")
+        )
     (folder / "verl-config.lock").write_text(
         wheel_lock(VERL_CONFIG_PIN, "Verl's packaged config (installed with --no-deps).")
     )
-    for name in ("controller.lock", "checkov.lock", "verl-config.lock"):
+    for name in ("controller.lock", "checkov.lock", "gcs-emulator.lock", "verl-config.lock"):
         count = sum(1 for line in (folder / name).read_text().splitlines() if line[:1].isalnum())
         print(f"requirements/{name}: {count} requirement(s)")
     return 0

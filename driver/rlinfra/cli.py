@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import traceback
@@ -311,7 +312,7 @@ def _plan(
             {
                 "instance_type": c.instance_type,
                 "accelerator": str(c.accelerator) if c.accelerator else None,
-                "hourly_usd": c.hourly,
+                "hourly_usd": None if math.isnan(c.hourly) else c.hourly,
                 "chosen": i == 0,
             }
             for i, c in enumerate(the_plan.choices)
@@ -365,7 +366,11 @@ def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None
             mark = "*" if row["chosen"] else " "
             ui.out.print(
                 f"   {mark} {row['instance_type']:<16} {row['accelerator'] or 'cpu':<12} "
-                f"{row['hourly_usd']:>9.3f}"
+                + (
+                    f"{row['hourly_usd']:>9.3f}"
+                    if row["hourly_usd"] is not None
+                    else f"{'unknown':>9}"
+                )
             )
     for node in the_plan.nodes:
         what = the_plan.instance_type or summary["accelerator"] or "cpu"

@@ -308,7 +308,8 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     cloud = cloud_for(plan.cloud)
     terraform_binary()
     folder = (out or deployment_dir(plan.cluster, home)).resolve()
-    prices = {c.instance_type: c.hourly for c in plan.choices}
+    # Unknown catalog prices (NaN) are left out: the audit lists those types as unpriced.
+    prices = {c.instance_type: c.hourly for c in plan.choices if c.hourly == c.hourly}
     with cluster_lock(folder, "plan"):
         ctx = make_context(plan, folder, home, build=False)
         files = render(plan, ctx)
@@ -353,7 +354,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
             {
                 "instance_type": c.instance_type,
                 "accelerator": str(c.accelerator or "cpu"),
-                "hourly_usd": c.hourly,
+                "hourly_usd": c.hourly if c.hourly == c.hourly else None,
                 "chosen": i == 0,
             }
             for i, c in enumerate(plan.choices)

@@ -107,6 +107,11 @@ def needs_account(profile: Profile) -> bool:
     """Whether a bucket name comes from the account (an unnamed bucket, no exact name given)."""
     if profile.cloud == "local":
         return False
+    if profile.cloud in SUPPORTED_CLOUDS:
+        from rlinfra.clouds import cloud_for
+
+        if cloud_for(profile.cloud).profile_account(profile) is not None:
+            return False  # the profile names it (a GCP project)
     exact = bool(profile.env.get(BUCKET_ENV, "").strip())
     return any(
         item.bucket is None and not (index == 0 and exact)
@@ -124,7 +129,8 @@ def make_plan(
 ) -> Plan:
     """Decide the deployment. Raises UsageError for combinations the models cannot see.
 
-    ``account``: the cloud account id, for default bucket names (rlinfra.plan.bucket_names).
+    ``account``: the cloud account id, for default bucket names (rlinfra.plan.bucket_names);
+    an account the profile names itself (Cloud.profile_account, a GCP project) comes first.
     """
     name = check_cluster_name(cluster or profile.name)
     if profile.cloud not in SUPPORTED_CLOUDS:
@@ -153,7 +159,9 @@ def make_plan(
         raise UsageError(
             f"{source}: resources.accelerators: candidates must have the same GPU count per node"
         )
-    names = bucket_names(profile, account)
+    from rlinfra.clouds import cloud_for
+
+    names = bucket_names(profile, cloud_for(profile.cloud).profile_account(profile) or account)
     if len(set(names)) != len(names):
         raise UsageError(f"{source}: storage: two entries name the same bucket")
     for bucket in names:
@@ -163,8 +171,6 @@ def make_plan(
                 + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
                 "3-63 characters: lowercase letters, digits, '.', '-'.",
             )
-    from rlinfra.clouds import cloud_for
-
     site = cloud_for(profile.cloud).site(profile, source, name, offered)
 
     nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))

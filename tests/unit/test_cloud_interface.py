@@ -43,5 +43,5 @@ def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
 
 def test_an_unsupported_cloud_is_refused() -> None:
     with pytest.raises(UsageError) as caught:
-        cloud_for("gcp")
-    assert "Supported clouds: local, aws." in str(caught.value.hint)
+        cloud_for("azure")
+    assert "Supported clouds: local, aws, gcp." in str(caught.value.hint)
