@@ -89,6 +89,7 @@ def test_each_knob_given_with_env_reaches_the_overrides(name: str) -> None:
 
 def test_plan_json_says_where_each_env_lands(tmp_path: Path) -> None:
     env = {**os.environ, "RLINFRA_HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
+    env["RLINFRA_QUIET"] = "0"  # the override lines are progress output (CI runs quiet)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         env.pop(name, None)
     argv = [RLINFRA, "plan", "-p", "search-grpo", "--json"]
