@@ -1,10 +1,23 @@
 #!/bin/bash
-# Rebuild the carried bundle (.whl/bundle.tar.xz, ~25 MB) for bench/gpu/verl/run.sh, here (any
-# Python/pip with network). Then, from the repo root:
-#   mkdir -p .gpurun && echo .gpurun/ >> .git/info/exclude && cp bench/gpu/verl/{run.sh,gpu_hook.py,gpu_rollout.py} .gpurun/
-#   device run: command "bash .gpurun/run.sh", carry [".gpurun", ".whl/bundle.tar.xz"]
+# Prepare what bench/gpu/verl/run.sh carries to the GPU machine, here (a machine with pip and
+# network, in the repo's venv):
+#   .gpurun/job.json, .gpurun/job-resume.json: `rlinfra render` of gpu-ppo-hf.yaml (20 steps) and
+#     of the same with --env TOTAL_STEPS=24 (the resume);
+#   .whl/bundle.tar.xz (~25 MB): the Python packages the GPU image lacks (Ray stripped, Verl 0.6.0
+#     and its needs, transformers 4.56.1); skipped when it exists (BUNDLE=1 rebuilds it).
+# Then: device run, command "bash bench/gpu/verl/run.sh", carry [".gpurun", ".whl/bundle.tar.xz"].
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
+grep -qx '/.gpurun/' .git/info/exclude || echo /.gpurun/ >>.git/info/exclude
+grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >>.git/info/exclude
+rm -rf .gpurun && mkdir -p .gpurun
+for steps in 20 24; do
+  rlinfra render -p bench/gpu/verl/gpu-ppo-hf.yaml --env TOTAL_STEPS=$steps --out .gpurun/render-$steps >/dev/null
+done
+cp .gpurun/render-20/job.json .gpurun/job.json
+cp .gpurun/render-24/job.json .gpurun/job-resume.json
+rm -rf .gpurun/render-*
+if [ -f .whl/bundle.tar.xz ] && [ -z "${BUNDLE:-}" ]; then ls -la .whl/bundle.tar.xz; exit 0; fi
 D=.whl/dl; S=.whl/site; mkdir -p $D; rm -rf $S
 P="--no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any"
 pip download $P -d $D ray==2.60.0 verl==0.6.0 tensordict==0.10.0 'pyvers<0.2' importlib_metadata \

@@ -183,6 +183,22 @@ class RandomModel(_Strict):
     layers: int = Field(default=2, ge=1, le=64, description="Decoder layers.")
     vocab: int = Field(default=512, ge=300, le=65536, description="Tokenizer vocabulary size.")
     seed: int = Field(default=0, ge=0, description="Seed of the random weights.")
+    heads: int | None = Field(
+        default=None, ge=1, le=256, description="Attention heads (default: hidden / 16)."
+    )
+    kv_heads: int | None = Field(
+        default=None, ge=1, le=256, description="Key/value heads (default: heads)."
+    )
+    intermediate: int | None = Field(
+        default=None, ge=1, le=65536, description="MLP width (default: 4 x hidden)."
+    )
+    model_vocab: int | None = Field(
+        default=None,
+        ge=300,
+        le=262144,
+        description="Embedding rows (default: the tokenizer's size); e.g. 151936 for "
+        "Qwen2.5-0.5B's shapes with the small local tokenizer.",
+    )
 
 
 class Workload(_Strict):

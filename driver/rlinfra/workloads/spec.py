@@ -42,9 +42,12 @@ PYTHON = "python3"
 TRAINERS: dict[str, tuple[str, ...]] = {
     "verl": (PYTHON, "-m", "verl.trainer.main_ppo"),
 }
-# Verl's own trainer on nodes without GPUs: the same main_ppo, started through rlinfra's CPU mode
-# (rlinfra_node.verl_cpu), which patches Verl 0.6.0 in the driver and in every Ray worker.
+# Verl's own trainer on nodes without GPUs, and with the HF rollout on any node: the same
+# main_ppo, started through rlinfra_node.verl_cpu, which patches Verl 0.6.0 in the driver and in
+# every Ray worker (Verl 0.6.0 registers no ("hf", "sync") rollout of its own).
 VERL_CPU_TRAINER = (PYTHON, "-m", "rlinfra_node.verl_cpu.main_ppo")
+ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
+HF_ROLLOUT = "hf"
 # Verl worker processes per CPU node in CPU mode (each holds one of the node's Ray slots).
 CPU_WORKERS_PER_NODE = 1
 DATAPREP = (PYTHON, "-m", "rlinfra_node.dataprep")
@@ -474,6 +477,14 @@ def _data_steps(workload: Workload, expand: _Expander) -> tuple[Step, ...]:
         size = workload.random_model
         made: tuple[str, ...] = (*TINY_MODEL, "--out", model, "--hidden", str(size.hidden))
         made += ("--layers", str(size.layers), "--vocab", str(size.vocab), "--seed", str(size.seed))
+        for flag, value in (
+            ("--heads", size.heads),
+            ("--kv-heads", size.kv_heads),
+            ("--intermediate", size.intermediate),
+            ("--model-vocab", size.model_vocab),
+        ):
+            if value is not None:
+                made += (flag, str(value))
         steps.append(Step("make-model", made, done_marker=f"{model}/{DATA_DONE_MARKER}"))
     elif workload.program == "verl" and model and not model.startswith(("/", ".")):
         steps.append(Step("download-model", (HF_CLI, "download", model)))
@@ -630,7 +641,11 @@ def job_spec(plan: Plan) -> JobSpec:
         entrypoint = _inference_entrypoint(workload, expand, url)
     else:
         overrides = _overrides(plan, workload, expand, config)
-        argv = list(VERL_CPU_TRAINER if cpu_mode(plan) else TRAINERS[workload.program])
+        argv = list(
+            VERL_CPU_TRAINER
+            if cpu_mode(plan) or overrides.get(ROLLOUT_NAME) == HF_ROLLOUT
+            else TRAINERS[workload.program]
+        )
         if workload.config_path:
             argv.append(f"--config-path={expand(workload.config_path, 'workload.config_path')}")
         if workload.config_name:

@@ -1,4 +1,5 @@
-"""CPU mode for Verl 0.6.0: its real trainer (``verl.trainer.main_ppo``) on nodes without a GPU.
+"""CPU mode for Verl 0.6.0: its real trainer (``verl.trainer.main_ppo``) on nodes without a GPU,
+and the HF rollout (``actor_rollout_ref.rollout.name=hf``) on nodes with one.
 
 Supports exactly ``verl==0.6.0`` (``SUPPORTED_VERL``); any other installed version is refused
 with a one-line error naming the version found, because every patch below addresses a line of
@@ -22,7 +23,12 @@ addresses:
 - attention: ``flash_attention_2`` is hard-coded at ``workers/fsdp_workers.py:319, 1236, 1637``
   and ``utils/model.py:638`` (flash_attn is not installed on CPU): transformers'
   ``PreTrainedModel._check_and_adjust_attn_implementation`` turns it into ``sdpa``, one point
-  for actor, ref and critic alike.
+  for actor, ref and critic alike (left alone where flash_attn is installed).
+- sdpa mask: with ``use_remove_padding=false`` every prompt is left-padded to the maximum, and
+  the padding rows attend to nothing; on CUDA that made every gradient NaN (seen on an H200).
+  Those rows attend to every key instead (their outputs reach no loss).
+- event loop: ``workers/fsdp_workers.py:633`` calls ``asyncio.get_event_loop()`` where no loop
+  is set; under uvloop's policy that raises: one is made, as Verl does at ``:911``.
 - torch.cpu: ``workers/fsdp_workers.py:597`` and others call ``get_torch_device()`` (``torch.cpu``
   here) for ``get_rng_state``, ``set_rng_state``, ``manual_seed``, ``empty_cache`` and memory
   statistics, which ``torch.cpu`` lacks: the missing ones are supplied (RNG from ``torch``,
@@ -31,7 +37,8 @@ addresses:
   ``workers/rollout/hf_rollout.py:41`` cannot be built (``super().__init__()`` without its 3
   arguments, no ``resume``/``update_weights``/``release``): ``rlinfra_node.verl_cpu.rollout``
   registers one that keeps an HF copy of the policy, refreshed from the FSDP actor through
-  ``update_weights``, and generates with Verl's HF loop.
+  ``update_weights``, and generates with Verl's HF loop, on the worker's device (the GPU in the
+  rollout's ``dtype`` where there is one).
 - timing: ``utils/profiler/performance.py:220`` all-reduces with ``ReduceOp.AVG`` and ``:234``
   all-gathers a 0-d tensor into 1-element ones; gloo has no AVG and refuses the sizes
   ("ProcessGroupGloo::allgather: invalid tensor size"): gloo-safe versions replace both.

@@ -71,10 +71,19 @@ def _patch_backend() -> None:
     dist.init_process_group = init_process_group
 
 
+def _flash_attn_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
 def _patch_attention() -> None:
-    """sdpa wherever a model is asked for flash_attention_2 (flash_attn is a CUDA package)."""
+    """sdpa wherever a model is asked for flash_attention_2, unless flash_attn is installed (a
+    GPU node with it keeps Verl's choice)."""
     from transformers import PreTrainedModel
 
+    if _flash_attn_installed():
+        return
     original = PreTrainedModel._check_and_adjust_attn_implementation
 
     @functools.wraps(original)
@@ -84,6 +93,61 @@ def _patch_attention() -> None:
         return original(self, attn_implementation, *args, **kwargs)
 
     PreTrainedModel._check_and_adjust_attn_implementation = check_and_adjust
+
+
+def attend_somewhere(mask: Any) -> Any:
+    """A boolean attention mask (True: attend) whose fully masked query rows attend to every key
+    instead. Those rows are left-padding positions: their outputs never reach a loss, but a row
+    with nothing to attend to makes CUDA's fused attention kernels return NaN gradients, and
+    ``0 * NaN`` carries them into every weight. transformers did this for torch < 2.5 only."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        return mask
+    return mask | ~mask.any(dim=-1, keepdim=True)
+
+
+def _patch_sdpa_mask() -> None:
+    """Verl's padded forward (``use_remove_padding=false``) left-pads every prompt to
+    ``data.max_prompt_length``, so with ``sdpa`` the padding rows attend to nothing. On an H200
+    (torch 2.11, CUDA 13) the forward was finite but every actor and critic gradient norm was NaN,
+    so no optimizer step was taken: the sdpa mask is given ``attend_somewhere``."""
+    try:
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    except ImportError:  # a transformers without mask interfaces builds its masks elsewhere
+        return
+    original = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+    if getattr(original, "_rlinfra_attend_somewhere", False):
+        return
+
+    @functools.wraps(original)
+    def sdpa_mask(*args: Any, **kwargs: Any) -> Any:
+        return attend_somewhere(original(*args, **kwargs))
+
+    sdpa_mask._rlinfra_attend_somewhere = True  # type: ignore[attr-defined]
+    AttentionMaskInterface.register("sdpa", sdpa_mask)
+
+
+def _patch_event_loop() -> None:
+    """``workers/fsdp_workers.py:633`` calls ``asyncio.get_event_loop()`` in a worker thread that
+    has no loop; under an event loop policy that refuses to make one (uvloop's, installed on
+    some GPU images) it raises "There is no current event loop": make and set one instead, as
+    Verl does itself at ``:911``."""
+    import asyncio
+
+    original = asyncio.get_event_loop
+    if getattr(original, "_rlinfra_makes_loop", False):
+        return
+
+    @functools.wraps(original)
+    def get_event_loop() -> asyncio.AbstractEventLoop:
+        try:
+            return original()
+        except RuntimeError:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            return loop
+
+    get_event_loop._rlinfra_makes_loop = True  # type: ignore[attr-defined]
+    asyncio.get_event_loop = get_event_loop
 
 
 def _total_and_free_memory() -> tuple[int, int]:
@@ -161,6 +225,8 @@ PATCHES: tuple[Callable[[], None], ...] = (
     _patch_torch_cpu,
     _patch_backend,
     _patch_attention,
+    _patch_sdpa_mask,
+    _patch_event_loop,
     _patch_rollout,
     _patch_timing,
 )
