@@ -535,12 +535,22 @@ def run(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream the job's log until it ends.")
     ] = False,
+    recover: Annotated[
+        bool,
+        typer.Option(
+            "--recover",
+            help="Follow the job; when it fails because a node was lost, heal the cluster "
+            "(replace only that node), resubmit and resume from the last checkpoint, up to the "
+            "profile's recovery.max_attempts times.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Submit the profile's workload to a running cluster as a Ray job (no re-provisioning).
 
     `--env NAME=VALUE` changes the workload's variables for this run only (e.g. TOTAL_EPOCHS);
-    the job resumes from the latest checkpoint in the bucket.
+    the job resumes from the latest checkpoint in the bucket. With --recover, lost nodes are
+    replaced and the job resumed until it succeeds; `status` lists every recovery.
     """
     from rlinfra import jobs
     from rlinfra.deploy import require_cluster
@@ -567,6 +577,9 @@ def run(
     report_overrides(the_plan)
     spec = job_spec(the_plan)
     spec.refuse_unset()
+    if recover:
+        _run_recovering(cluster, request, the_plan, spec, secrets, json_out)
+        return
     submitted = jobs.submit(cluster, spec, secrets)
     state = jobs.follow(cluster, submitted.submission_id) if follow else "SUBMITTED"
     if json_out:
@@ -576,6 +589,74 @@ def run(
         if not follow:
             ui.info(f"follow it: rlinfra logs {cluster} --follow")
     if state in ("FAILED", "STOPPED"):
+        raise typer.Exit(1)
+
+
+def _run_recovering(
+    cluster: str,
+    request: Any,
+    the_plan: Any,
+    spec: Any,
+    secrets: dict[str, str],
+    json_out: bool,
+) -> None:
+    """`run --recover`: rlinfra.recovery's loop over this cluster's real operations."""
+    from rlinfra import jobs, recovery
+    from rlinfra.deploy import require_cluster, update_record
+    from rlinfra.pipeline import prepare, ray_state, training_progress
+    from rlinfra.pipeline import up as run_up
+
+    folder, _ = require_cluster(cluster)
+
+    def follow(job: str, on_log: Any) -> tuple[str, str]:
+        state = jobs.follow(cluster, job, on_log=on_log)
+        return state, jobs.job_logs(cluster, job)
+
+    def missing_nodes() -> list[str]:
+        _, record = require_cluster(cluster)
+        state = ray_state(folder, list(record.hosts), record.dashboard_port)
+        return list(state.get("missing_nodes") or []) if state.get("reachable") else []
+
+    def heal() -> recovery.Healed:
+        # `up` as it would run by hand, with the account's bucket names resolved.
+        plan_now, _ = prepare(request, os.environ, account="require")
+        result = run_up(plan_now, secrets, run_check=False)
+        return recovery.Healed(result.replaced, result.verify_problems, result.seconds)
+
+    def checkpoint_step() -> int | None:
+        _, record = require_cluster(cluster)
+        return training_progress(folder, record.hosts[0], [])["checkpoint_step"]
+
+    def record(entry: dict[str, Any]) -> None:
+        _, current = require_cluster(cluster)
+        kept = [r for r in current.recoveries if r.get("job") != entry["job"]]
+        update_record(folder, recoveries=[*kept, dict(entry)][-recovery.KEPT :])
+
+    ops = recovery.Ops(
+        submit=lambda: jobs.submit(cluster, spec, secrets).submission_id,
+        follow=follow,
+        missing_nodes=missing_nodes,
+        heal=heal,
+        checkpoint_step=checkpoint_step,
+        record=record,
+    )
+    outcome = recovery.run_with_recovery(ops, the_plan.profile.recovery.max_attempts)
+    if json_out:
+        _print_json(
+            {
+                "status": outcome.state,
+                "jobs": outcome.jobs,
+                "recoveries": outcome.recoveries,
+                "reason": outcome.reason,
+            }
+        )
+    else:
+        ui.info(f"job {outcome.jobs[-1]}: {outcome.state}")
+        for entry in outcome.recoveries:
+            ui.info(recovery.describe(entry))
+    if outcome.state != "SUCCEEDED":
+        if outcome.reason and not json_out:
+            ui.err.print(f"Error: {outcome.reason}", style="red", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -675,6 +756,10 @@ def status(
         )
     for job in state.get("jobs") or []:
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
+    from rlinfra.recovery import describe
+
+    for entry in state.get("recoveries") or []:
+        ui.out.print(f"  {describe(entry)}")
     progress = state.get("progress")
     if progress:
 

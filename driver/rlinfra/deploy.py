@@ -191,6 +191,8 @@ class Record(BaseModel):
     ansible_digest: str | None = None
     check: dict[str, Any] | None = None
     jobs: list[dict[str, Any]] = Field(default_factory=list)
+    # Lost-node recoveries of `run --recover` (rlinfra.recovery), oldest first.
+    recoveries: list[dict[str, Any]] = Field(default_factory=list)
     created_at: str | None = None
     updated_at: str | None = None
 

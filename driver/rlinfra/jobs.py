@@ -16,6 +16,7 @@ import json
 import shlex
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,15 @@ def list_jobs(cluster: str) -> list[dict[str, Any]]:
     ]
 
 
-def follow(cluster: str, job_id: str, poll_s: float = 2.0, timeout_s: float | None = None) -> str:
-    """Print the job's log as it grows until it ends; returns its final state."""
+def follow(
+    cluster: str,
+    job_id: str,
+    poll_s: float = 2.0,
+    timeout_s: float | None = None,
+    on_log: Callable[[str], None] | None = None,
+) -> str:
+    """Print the job's log as it grows until it ends; returns its final state. ``on_log`` is
+    given the whole log each time it grew."""
     shown = 0
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
@@ -222,6 +230,8 @@ def follow(cluster: str, job_id: str, poll_s: float = 2.0, timeout_s: float | No
         if len(text) > shown:
             ui.out.print(text[shown:], end="", markup=False, highlight=False)
             shown = len(text)
+            if on_log is not None:
+                on_log(text)
         if state in TERMINAL:
             return state
         if deadline is not None and time.monotonic() > deadline:

@@ -485,6 +485,9 @@ class UpResult:
     verify_problems: list[str] = field(default_factory=list)
     # What the cloud had lost under a standing state, and Terraform made again.
     replaced: list[str] = field(default_factory=list)
+    # Wall-clock seconds of the phases: terraform, ansible (verify or playbook) and, when the
+    # playbook ran, ray_join (its ray_cluster role).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def up(
@@ -578,6 +581,8 @@ def up(
         try:
             changed = False
             replaced: list[str] = []
+            seconds: dict[str, float] = {}
+            started = time.monotonic()
             for root, tf in terraforms.items():
                 tf.init()
                 if root not in gone:
@@ -595,8 +600,12 @@ def up(
             hosts = cloud.hosts_from_outputs(outputs)
             (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
             update_record(folder, stage=Stage.INFRASTRUCTURE, hosts=hosts)
+            seconds["terraform"] = time.monotonic() - started
             if stop_after == "infrastructure":
-                return UpResult(plan.cluster, hosts, changed, 0, None, replaced=replaced)
+                return UpResult(
+                    plan.cluster, hosts, changed, 0, None, replaced=replaced, seconds=seconds
+                )
+            started = time.monotonic()
 
             from rlinfra import verify
             from rlinfra.runners.ansible import run_playbook
@@ -634,9 +643,12 @@ def up(
                     extravars={**extravars, "rlinfra_inputs_digest": digest},
                 )
                 ansible_changed = result.total_changed
+                if "ray_cluster" in result.role_seconds:
+                    seconds["ray_join"] = result.role_seconds["ray_cluster"]
                 update_record(folder, ansible_digest=digest)
                 ui.info(f"ansible: changed={ansible_changed} on {len(hosts)} node(s)")
             configured = "verified" if verified is not None and verified.ok else "applied"
+            seconds["ansible"] = time.monotonic() - started
             check = None
             if run_check and plan.profile.check.enabled:
                 previous = before.check if before.stage == Stage.READY else None
@@ -658,6 +670,7 @@ def up(
                 configured,
                 verified.problems if verified is not None else [],
                 replaced,
+                seconds,
             )
         except KeyboardInterrupt:
             update_record(folder, stage=Stage.INTERRUPTED, error="interrupted by the user")
@@ -884,6 +897,7 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         "buckets": list(record.buckets),
         "services": list(record.services),
         "updated_at": record.updated_at,
+        "recoveries": list(record.recoveries),
         "lock": lock_holder(folder),
         "ray": None,
     }

@@ -309,6 +309,17 @@ class State(_Strict):
         return self
 
 
+class Recovery(_Strict):
+    """What `rlinfra run --recover` may do when the job loses a node."""
+
+    max_attempts: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description="Lost-node recoveries (heal the cluster, resubmit, resume) before giving up.",
+    )
+
+
 class Profile(_Strict):
     """A whole profile."""
 
@@ -332,6 +343,7 @@ class Profile(_Strict):
     workload: Workload | None = None
     serving: Serving | None = None
     state: State = Field(default_factory=State)
+    recovery: Recovery = Field(default_factory=Recovery)
 
     @field_validator("env", mode="before")
     @classmethod

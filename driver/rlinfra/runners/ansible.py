@@ -27,10 +27,26 @@ class PlaybookResult:
     ok: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     artifact_dir: str = ""
+    # Wall-clock seconds of each role, from its first task's start to its last task's end on
+    # any host (hosts run a role's tasks side by side).
+    role_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_changed(self) -> int:
         return sum(self.changed.values())
+
+
+def _widen(spans: dict[str, list[float]], role: str, start: Any, end: Any) -> None:
+    """Stretch ``role``'s span to cover one task result's ISO ``start``..``end``."""
+    from datetime import datetime
+
+    try:
+        first = datetime.fromisoformat(str(start)).timestamp()
+        last = datetime.fromisoformat(str(end)).timestamp()
+    except ValueError:
+        return
+    span = spans.setdefault(role, [first, last])
+    span[0], span[1] = min(span[0], first), max(span[1], last)
 
 
 def run_playbook(
@@ -45,6 +61,7 @@ def run_playbook(
     import ansible_runner
 
     failures: list[str] = []
+    spans: dict[str, list[float]] = {}
     inventory = ansible_dir / "inventory.yml"
     vars_file = ansible_dir / "vars.yml"
     private = ansible_dir / ".runner"
@@ -85,6 +102,8 @@ def run_playbook(
             host = data.get("host") or data.get("remote_addr") or ""
             if kind == "playbook_on_task_start":
                 progress.update(f"{data.get('task', '')}")
+            elif kind.startswith("runner_on_") and data.get("role"):
+                _widen(spans, str(data["role"]), data.get("start"), data.get("end"))
             elif kind in {
                 "runner_on_failed",
                 "runner_on_unreachable",
@@ -150,6 +169,7 @@ def run_playbook(
         ok=dict(stats.get("ok") or {}),
         failures=failures,
         artifact_dir=str(runner.config.artifact_dir),
+        role_seconds={role: round(end - start, 3) for role, (start, end) in spans.items()},
     )
     if raise_on_failure and (runner.rc != 0 or runner.status != "successful"):
         summary = failures[0] if failures else f"ansible-playbook exited with {runner.rc}"
