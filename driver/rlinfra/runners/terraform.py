@@ -74,6 +74,12 @@ def _env(cli_config: Path | None) -> dict[str, str]:
     return env
 
 
+# Written in .terraform/ after a successful init: what that init read (Terraform.init).
+INIT_STAMP = Path(".terraform") / "rlinfra-init.sha256"
+INIT_FILES = (".terraformrc", ".terraform.lock.hcl")
+INIT_SUFFIXES = (".tf", ".tf.json", ".tfbackend")
+
+
 class Terraform:
     """One Terraform root in the deployment folder."""
 
@@ -138,14 +144,53 @@ class Terraform:
         return (self.root / "backend.tfbackend").is_file()
 
     def init(self) -> None:
-        """terraform init, once per instance (has_state needs it first for remote state)."""
+        """terraform init, once per instance (has_state needs it first for remote state), and
+        not again while nothing that init reads has changed since the last one succeeded here:
+        `up`, `plan` and `down` re-run it on every call otherwise, seconds each time."""
         if self._initialized:
             return
+        stamp = self.root / INIT_STAMP
+        inputs = self._init_inputs()
+        # A lock file names providers that init installed under .terraform/providers.
+        installed = (self.root / ".terraform" / "providers").is_dir() or not (
+            self.root / ".terraform.lock.hcl"
+        ).is_file()
+        if installed and stamp.is_file() and stamp.read_text() == inputs:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"terraform-{self.root.name}-init.log"
+            log_path.write_text(f"# not run: nothing that init reads changed since ({stamp})\n")
+            self._initialized = True
+            return
+        stamp.unlink(missing_ok=True)
         options: dict[str, Any] = {"no_color": _FLAG, "input": False, "upgrade": False}
         if self.remote_state:
             options["backend_config"] = "backend.tfbackend"
         self._run(f"terraform init ({self.root.name})", "init", **options)
+        # The lock file init wrote is among the inputs: deleting it brings init back.
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(self._init_inputs())
         self._initialized = True
+
+    def _init_inputs(self) -> str:
+        """A digest of what `terraform init` reads: the binary, the CLI settings, every
+        configuration and backend file of the root and its modules, and the lock file."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        binary = Path(self.binary).stat()
+        digest.update(f"{self.binary}\0{binary.st_size}\0{binary.st_mtime_ns}\0".encode())
+        found: list[Path] = []
+        for folder, dirs, names in os.walk(self.root):
+            dirs[:] = [d for d in dirs if d != ".terraform"]
+            found += [
+                Path(folder, name)
+                for name in names
+                if name in INIT_FILES or name.endswith(INIT_SUFFIXES)
+            ]
+        for path in sorted(found):
+            rel = path.relative_to(self.root)
+            digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest() + "\n"
 
     def plan(
         self, out_file: str = "tfplan", destroy: bool = False, replace: Sequence[str] = ()
