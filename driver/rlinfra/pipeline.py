@@ -374,9 +374,10 @@ def _terraform(ctx: Context, root: str) -> Any:
 def _gone(cloud: Cloud, tf: Any, root: str) -> list[Gone]:
     """Resources of the root's state that the cloud lost and Terraform cannot see.
 
-    ``tf`` must be initialized.
+    ``tf`` must be initialized. A cloud that does not look for lost resources costs nothing
+    here (``terraform show -json`` of the state starts the provider).
     """
-    if not tf.has_state():
+    if not cloud.finds_gone or not tf.has_state():
         return []
     return cloud.gone_resources(root, tf.root, tf.state_json())
 

@@ -39,6 +39,10 @@ def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
         local.bucket_versions(tmp_path, "b")
     assert cloud_for("aws").empties_buckets is True
     assert cloud_for("aws").gone_resources("cluster", tmp_path, {"values": {}}) == []
+    # Only a cloud that looks for lost resources has its state read for them.
+    assert cloud_for("aws").finds_gone is False
+    assert cloud_for("gcp").finds_gone is False
+    assert local.finds_gone is True
 
 
 def test_an_unsupported_cloud_is_refused() -> None:

@@ -12,7 +12,8 @@ optional (the defaults say "nothing to do" or "not offered")
     ``check_context`` (refuse cache/home placements before anything is built),
     ``profile_account`` (the account that the profile itself names, e.g. a GCP project: default
     bucket names derive from it without asking the cloud),
-    ``gone_resources`` (state entries the world lost, for Terraform to replace),
+    ``gone_resources`` (state entries the world lost, for Terraform to replace; a cloud that
+    offers it says so with ``finds_gone``, so that the others never read the state for it),
     ``capacity_error`` (a failed apply that another candidate machine may not hit),
     ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
     removes; a cloud that offers one offers both).
@@ -124,6 +125,12 @@ class Cloud(ABC):
     def gone_resources(self, root: str, root_dir: Path, state: dict[str, Any]) -> list[Gone]:
         """Entries of a root's state that the world lost (and Terraform cannot see)."""
         return []
+
+    @property
+    def finds_gone(self) -> bool:
+        """Whether ``gone_resources`` is offered (reading a root's state for it starts the
+        Terraform provider, seconds that a cloud without it should not spend)."""
+        return type(self).gone_resources is not Cloud.gone_resources
 
     def capacity_error(self, output: str) -> str | None:
         """The cloud's "no capacity or quota for this machine here" in Terraform's output (the
