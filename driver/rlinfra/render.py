@@ -74,6 +74,24 @@ def _retrieval_vars(plan: Plan) -> dict[str, Any]:
     return retrieval_ansible_vars(serving.retrieval, mounts, package)
 
 
+def _spot_watch_vars(plan: Plan) -> dict[str, Any]:
+    """The spot_watch role's variables on spot nodes of a cloud with a metadata service that
+    gives preemption notices (else none): the folder is the one the job reads."""
+    import rlinfra_node
+    from rlinfra.workloads.spec import spot_notice_dir
+    from rlinfra_node.spot_watch import PROVIDERS
+
+    notice_dir = spot_notice_dir(plan)
+    if notice_dir is None or plan.cloud not in PROVIDERS:
+        return {}
+    return {
+        "spot_watch_enabled": True,
+        "spot_watch_provider": plan.cloud,
+        "spot_watch_notice_dir": notice_dir,
+        "spot_watch_node_package_src": str(Path(rlinfra_node.__file__).parent),
+    }
+
+
 # Workloads whose GPU processes share CUDA tensors (a rollout engine beside the trainer), and
 # what their hosts need: the reference ran them in containers with --cap-add=SYS_PTRACE and
 # --shm-size=16g.
@@ -145,6 +163,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     }
     base.update(_host_vars(plan))
     base.update(_retrieval_vars(plan))
+    base.update(_spot_watch_vars(plan))
     base.update(cloud_for(plan.cloud).ansible_vars(plan, ctx))
     return base
 

@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+from test_workloads import fixed_context
 
-from rlinfra.plan import make_plan
+from rlinfra.errors import ProfileError
+from rlinfra.plan import Plan, make_plan
 from rlinfra.profile import profile_from_data
-from rlinfra.workloads.spec import job_spec
+from rlinfra.render import ansible_vars
+from rlinfra.workloads.spec import TRAINERS, VERL_CPU_TRAINER, job_spec
+from rlinfra_node.spot_watch import NOTICE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 RLINFRA = str(Path(sys.executable).with_name("rlinfra"))
@@ -70,3 +75,51 @@ def test_plan_shows_the_warning(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Warning: resources.spot: the trainer never saves a checkpoint" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Preemption notices: spot nodes run the watcher, the job reads its folder.
+
+
+def plan_of(data: dict[str, object]) -> Plan:
+    return make_plan(profile_from_data(data, "p.yaml", "p"), "p.yaml")
+
+
+def test_a_spot_job_runs_the_patched_launcher_and_reads_notices_where_the_nodes_write() -> None:
+    plan = plan_of(h100x2())
+    spec = job_spec(plan)
+    assert spec.entrypoint[:3] == VERL_CPU_TRAINER
+    assert spec.runtime_env_vars[NOTICE_DIR_ENV] == "/checkpoints/rlinfra/notices"
+    role = ansible_vars(plan, fixed_context())
+    assert plan.cloud in ("aws", "gcp")  # h100x2 runs on the cheaper of the two
+    assert role["spot_watch_enabled"] is True and role["spot_watch_provider"] == plan.cloud
+    assert role["spot_watch_notice_dir"] == spec.runtime_env_vars[NOTICE_DIR_ENV]
+    assert Path(role["spot_watch_node_package_src"], "spot_watch.py").is_file()
+    # Every variable the driver sets is a setting the role declares.
+    defaults = yaml.safe_load((ROOT / "ansible/roles/spot_watch/defaults/main.yml").read_text())
+    assert {k for k in role if k.startswith("spot_watch_")} <= set(defaults)
+
+
+def test_gcp_spot_nodes_watch_gcp_metadata() -> None:
+    data: dict[str, object] = yaml.safe_load((ROOT / "profiles/h100x8-gcp.yaml").read_text())
+    data["resources"]["spot"] = True  # type: ignore[index]
+    plan = plan_of(data)
+    assert ansible_vars(plan, fixed_context())["spot_watch_provider"] == "gcp"
+    assert NOTICE_DIR_ENV in job_spec(plan).runtime_env_vars
+
+
+def test_on_demand_nodes_run_no_watcher_and_verl_unpatched() -> None:
+    data = h100x2()
+    data["resources"]["spot"] = False  # type: ignore[index]
+    plan = plan_of(data)
+    spec = job_spec(plan)
+    assert spec.entrypoint[:3] == TRAINERS["verl"]
+    assert NOTICE_DIR_ENV not in spec.runtime_env_vars
+    assert not any(k.startswith("spot_watch") for k in ansible_vars(plan, fixed_context()))
+
+
+def test_the_notice_folder_is_rlinfras_to_set() -> None:
+    data = h100x2()
+    data["workload"]["runtime_env"] = {NOTICE_DIR_ENV: "/tmp/elsewhere"}  # type: ignore[index]
+    with pytest.raises(ProfileError, match=f"{NOTICE_DIR_ENV} is set by rlinfra on spot"):
+        job_spec(plan_of(data))

@@ -2,8 +2,10 @@
 
 Fast tests check the plain data (overrides, node resources), the version refusal and the dense
 reward. The slow ones run the programs in a venv installed from the cpu-sandbox lock, against a
-Ray node started as rlinfra starts CPU nodes: tiny_model, and GRPO with the dense reward through
-``python -m rlinfra_node.verl_cpu.main_ppo``. PPO with a critic (checkpoints, resume,
+Ray node started as rlinfra starts CPU nodes: tiny_model, GRPO with the dense reward through
+``python -m rlinfra_node.verl_cpu.main_ppo``, and GRPO that saves a checkpoint on a spot node's
+preemption notice (``rlinfra_node.spot_watch`` against a local server answering like AWS's
+instance metadata service). PPO with a critic (checkpoints, resume,
 ``verl.model_merger``) is the main job of tests/e2e/test_local_cluster.py, on two hosts.
 """
 
@@ -11,10 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -30,7 +36,12 @@ from rlinfra_node.verl_cpu import (
     local_ray_overrides,
     ray_start_args,
 )
-from rlinfra_node.verl_cpu.main_ppo import HOOK_KEY, RAY_JOB_CONFIG_ENV, hook_override
+from rlinfra_node.verl_cpu.main_ppo import (
+    HOOK_KEY,
+    RAY_JOB_CONFIG_ENV,
+    hook_override,
+    notice_override,
+)
 
 SAMPLE = NODE_PACKAGE_ROOT / "rlinfra_node" / "samples" / "gsm8k_sample.jsonl"
 REWARDS = NODE_PACKAGE_ROOT / "rlinfra_node" / "rewards.py"
@@ -86,6 +97,19 @@ def test_the_hook_override_is_added_once() -> None:
     assert hook_override([f"+{HOOK_KEY}=x.y"], {}) == []
     job = {"runtime_env": {"worker_process_setup_hook": SETUP_HOOK}}
     assert hook_override([], {RAY_JOB_CONFIG_ENV: json.dumps(job)}) == []
+
+
+def test_the_notice_folder_reaches_the_workers_once() -> None:
+    key = "ray_kwargs.ray_init.runtime_env.env_vars.RLINFRA_NOTICE_DIR"
+    assert notice_override([], {}) == []
+    assert notice_override([], {"RLINFRA_NOTICE_DIR": "/b/n"}) == [f"++{key}=/b/n"]
+    assert notice_override([f"+{key}=/x"], {"RLINFRA_NOTICE_DIR": "/b/n"}) == []
+    job = {"runtime_env": {"env_vars": {"RLINFRA_NOTICE_DIR": "/b/n"}}}
+    env = {"RLINFRA_NOTICE_DIR": "/b/n", RAY_JOB_CONFIG_ENV: json.dumps(job)}
+    assert notice_override([], env) == []  # a submitted job's workers have it already
+    config = verl_config("0.6.0")
+    (item,) = notice_override([], {"RLINFRA_NOTICE_DIR": "/b/n"})
+    assert check_key(config, *item.split("=", 1)) is None
 
 
 def test_other_verl_versions_are_refused() -> None:
@@ -251,3 +275,146 @@ def test_the_launcher_refuses_another_verl(verl_python: Path, tmp_path: Path) ->
     assert done.log.strip().splitlines() == [
         "Error: rlinfra's Verl CPU mode supports verl==0.6.0 only; found verl 0.7.1"
     ]
+
+
+# ------------------------------------------------------------------------------------------
+# A checkpoint on a spot node's preemption notice.
+
+
+class FakeImds:
+    """A local HTTP server answering like AWS's IMDSv2 (a token PUT first, then GETs that carry
+    it): 404 for spot/instance-action until ``announce`` is called. The real service exists only
+    on EC2 instances; the watcher, the bucket folder and the trainer are the real ones."""
+
+    TOKEN = "t-1"
+
+    def __init__(self) -> None:
+        self.action: bytes | None = None
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _answer(self, status: int, body: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self) -> None:
+                ok = self.path == "/latest/api/token" and self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds"
+                )
+                self._answer(200, fake.TOKEN.encode()) if ok else self._answer(400)
+
+            def do_GET(self) -> None:
+                if self.headers.get("X-aws-ec2-metadata-token") != fake.TOKEN:
+                    self._answer(401)
+                elif self.path != "/latest/meta-data/spot/instance-action" or not fake.action:
+                    self._answer(404)
+                else:
+                    self._answer(200, fake.action)
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a watcher that gave up waiting (a loaded machine) closed its end
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def announce(self, action: str, in_s: int) -> int:
+        """Answer with an instance-action from now on; returns its time (epoch seconds)."""
+        when = int(time.time()) + in_s
+        stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.action = json.dumps({"action": action, "time": stamp}).encode()
+        return when
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def imds() -> Iterator[FakeImds]:
+    fake = FakeImds()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def _wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, log.read_text(errors="replace"), re.MULTILINE):
+        assert proc.poll() is None, log.read_text()[-6000:]
+        assert time.monotonic() < deadline, f"no {pattern!r} in {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_preemption_notice_makes_the_trainer_save_before_the_node_goes(
+    verl_python: Path, made: Made, ray_node: RayNode, imds: FakeImds
+) -> None:
+    """save_freq 100 in a 3-step run: the only checkpoint before the last step is the one that
+    the notice (announced after step 1) forces at the end of step 2, before its deadline."""
+    work = made.work / "spot"
+    notices = work / "bucket" / "rlinfra" / "notices"
+    watch_log = work / "spot_watch.log"
+    work.mkdir()
+    watch_args = ["-m", "rlinfra_node.spot_watch", "--provider", "aws", "--endpoint", imds.url]
+    watch_args += ["--notice-dir", str(notices), "--interval", "0.2", "--node", "spot-worker-1"]
+    with watch_log.open("w") as out:
+        watcher = subprocess.Popen(
+            [str(verl_python), *watch_args], cwd=work, env=node_env(), stdout=out, stderr=out
+        )
+    args = [
+        *trainer_args(made.model, made.data, work / "checkpoints", 3),
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=2",
+        f"custom_reward_function.path={REWARDS}",
+        "custom_reward_function.name=gsm8k_dense",
+        "trainer.save_freq=100",
+        # A notice is due once its deadline is within the save time (60 s), the longest step and
+        # this margin: a 2-minute AWS notice is due at the next step end even with steps of a few
+        # seconds (RL steps of a minute or more make it due with Verl's defaults alone).
+        "trainer.esi_redundant_time=60",
+        "trainer.experiment_name=spot",
+    ]
+    train_log = work / "train.log"
+    env = node_env(RLINFRA_NOTICE_DIR=str(notices), **ray_node.env)
+    try:
+        start = time.monotonic()
+        with train_log.open("w") as out:
+            trainer = subprocess.Popen(
+                [str(verl_python), *args], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            _wait_for_line(train_log, r"step:1 - ", trainer, timeout=400)
+            deadline = imds.announce("terminate", in_s=120)
+            code = trainer.wait(timeout=400)
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.wait()
+        took = time.monotonic() - start
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher_code = watcher.wait(timeout=30)
+    log = train_log.read_text()
+    assert code == 0, log[-6000:]
+    assert watcher_code == 0, watch_log.read_text()
+    assert sorted(step_metrics(log)) == [1, 2, 3]
+    notice = json.loads((notices / "spot-worker-1.json").read_text())
+    assert notice["deadline"] == deadline and notice["action"] == "terminate"
+    forced = re.findall(
+        r"verl_cpu: preemption notice of node (\S+) \(aws terminate in \d+ s\)", log
+    )
+    assert forced and set(forced) == {"spot-worker-1"}, log[-6000:]
+    assert "Force saving checkpoint: ESI instance expiration approaching." in log
+    saved = work / "checkpoints" / "global_step_2" / "actor"
+    assert saved.is_dir(), sorted(p.name for p in (work / "checkpoints").iterdir())
+    assert saved.stat().st_mtime < deadline
+    assert (work / "checkpoints" / "global_step_3").is_dir()  # the last step saves as usual
+    print(f"3 steps with a forced save in {took:.0f} s")

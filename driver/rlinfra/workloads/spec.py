@@ -21,6 +21,7 @@ from rlinfra.errors import ProfileError, UsageError
 from rlinfra.workloads import memory
 from rlinfra.workloads.model import DATASET_SIZES, Inference, Workload
 from rlinfra.workloads.verl_config import VerlConfig, check_key, split_hydra_key, verl_config
+from rlinfra_node.spot_watch import NOTICE_DIR_ENV
 
 if TYPE_CHECKING:
     from rlinfra.plan import Plan
@@ -42,9 +43,10 @@ PYTHON = "python3"
 TRAINERS: dict[str, tuple[str, ...]] = {
     "verl": (PYTHON, "-m", "verl.trainer.main_ppo"),
 }
-# Verl's own trainer on nodes without GPUs, and with the HF rollout on any node: the same
-# main_ppo, started through rlinfra_node.verl_cpu, which patches Verl 0.6.0 in the driver and in
-# every Ray worker (Verl 0.6.0 registers no ("hf", "sync") rollout of its own).
+# Verl's own trainer on nodes without GPUs, with the HF rollout on any node, and on spot nodes:
+# the same main_ppo, started through rlinfra_node.verl_cpu, which patches Verl 0.6.0 in the driver
+# and in every Ray worker (Verl 0.6.0 registers no ("hf", "sync") rollout of its own, and saves
+# early only on expiration times fixed in its environment at start, not on preemption notices).
 VERL_CPU_TRAINER = (PYTHON, "-m", "rlinfra_node.verl_cpu.main_ppo")
 ROLLOUT_NAME = "actor_rollout_ref.rollout.name"
 HF_ROLLOUT = "hf"
@@ -178,6 +180,20 @@ class _Expander:
         """' (from --env X)' when a variable in ``text`` was set on the command line."""
         names = [n for n in _VAR.findall(text) if n in self.from_cli]
         return f" (from --env {', '.join(names)})" if names else ""
+
+
+# Where spot nodes' watchers (rlinfra_node.spot_watch) write preemption notices, under the first
+# storage entry's mount path: a folder of the bucket, so a worker's notice reaches the trainer.
+NOTICE_SUBDIR = "rlinfra/notices"
+
+
+def spot_notice_dir(plan: Plan) -> str | None:
+    """The folder where spot nodes' preemption notices go and the trainer reads them (the job's
+    ``RLINFRA_NOTICE_DIR``); None for on-demand profiles and profiles without a bucket."""
+    profile = plan.profile
+    if not profile.resources.spot or not profile.storage:
+        return None
+    return f"{profile.storage[0].mount_path}/{NOTICE_SUBDIR}"
 
 
 def cpu_mode(plan: Plan) -> bool:
@@ -615,6 +631,19 @@ def job_spec(plan: Plan) -> JobSpec:
             )
         runtime_env[name] = expand(value, f"workload.runtime_env.{name}")
 
+    training = workload.type != "search-inference"
+    # Spot: the trainer saves when a node's preemption notice comes (the patched launcher).
+    notice_dir = spot_notice_dir(plan) if training and workload.program == "verl" else None
+    if notice_dir is not None:
+        if NOTICE_DIR_ENV in runtime_env:
+            raise ProfileError(
+                plan.source,
+                f"workload.runtime_env.{NOTICE_DIR_ENV}",
+                f"{NOTICE_DIR_ENV} is set by rlinfra on spot profiles (where preemption notices go)",
+                "Remove it.",
+            )
+        runtime_env[NOTICE_DIR_ENV] = notice_dir
+
     url = _retrieval_url(workload, expand, plan.source) if workload.search_tool else None
     unset: list[str] = []
     warnings: list[str] = []
@@ -643,7 +672,7 @@ def job_spec(plan: Plan) -> JobSpec:
         overrides = _overrides(plan, workload, expand, config)
         argv = list(
             VERL_CPU_TRAINER
-            if cpu_mode(plan) or overrides.get(ROLLOUT_NAME) == HF_ROLLOUT
+            if cpu_mode(plan) or overrides.get(ROLLOUT_NAME) == HF_ROLLOUT or notice_dir
             else TRAINERS[workload.program]
         )
         if workload.config_path:

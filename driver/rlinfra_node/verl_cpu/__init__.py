@@ -1,5 +1,6 @@
 """CPU mode for Verl 0.6.0: its real trainer (``verl.trainer.main_ppo``) on nodes without a GPU,
-and the HF rollout (``actor_rollout_ref.rollout.name=hf``) on nodes with one.
+the HF rollout (``actor_rollout_ref.rollout.name=hf``) on nodes with one, and checkpoints saved
+on a spot node's preemption notice.
 
 Supports exactly ``verl==0.6.0`` (``SUPPORTED_VERL``); any other installed version is refused
 with a one-line error naming the version found, because every patch below addresses a line of
@@ -42,6 +43,12 @@ addresses:
 - timing: ``utils/profiler/performance.py:220`` all-reduces with ``ReduceOp.AVG`` and ``:234``
   all-gathers a 0-d tensor into 1-element ones; gloo has no AVG and refuses the sizes
   ("ProcessGroupGloo::allgather: invalid tensor size"): gloo-safe versions replace both.
+- preemption notices: ``utils/checkpoint/checkpoint_manager.py:207`` ``should_save_ckpt_esi``
+  (called after every step, ``trainer/ppo/ray_trainer.py:1210``) reads expiration times from
+  environment variables fixed at start: it also answers True when a spot node's notice in
+  ``$RLINFRA_NOTICE_DIR`` (``rlinfra_node.spot_watch``) is due within the save time, the longest
+  step and ``trainer.esi_redundant_time``, and prints whose notice forced the save. rlinfra runs
+  spot profiles' Verl jobs through this launcher for it.
 
 What nodes need (``RAY_NODE_RESOURCES``, per worker process): Ray must count one GPU slot per
 worker (``ray_trainer.py:117`` checks available GPUs against ``n_gpus_per_node * nnodes``) and

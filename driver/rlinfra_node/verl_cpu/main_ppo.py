@@ -6,7 +6,8 @@ The overrides are Hydra's, as for ``python -m verl.trainer.main_ppo``; give the 
 passes that runtime env to ``ray.init`` (merged by Ray with a submitted job's own), so the
 TaskRunner and every worker process import the hook and patch themselves before they load Verl's
 worker classes. Workers must be able to import ``rlinfra_node``: a job's ``working_dir``, or the
-``PYTHONPATH`` a local Ray inherits from this process.
+``PYTHONPATH`` a local Ray inherits from this process. ``RLINFRA_NOTICE_DIR`` (where spot nodes'
+preemption notices are) reaches the workers the same way (``notice_override``).
 
 Exit codes: Verl's; 2 when the installed Verl is not the supported release.
 """
@@ -18,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from rlinfra_node.spot_watch import NOTICE_DIR_ENV
 from rlinfra_node.verl_cpu import SETUP_HOOK, UnsupportedVerl
 
 HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
@@ -33,6 +35,24 @@ def hook_override(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
     if any(arg.lstrip("+").startswith(f"{HOOK_KEY}=") for arg in argv):
         return []
     return [f"++{HOOK_KEY}={SETUP_HOOK}"]
+
+
+NOTICE_KEY = "ray_kwargs.ray_init.runtime_env.env_vars." + NOTICE_DIR_ENV
+
+
+def notice_override(argv: Sequence[str], environ: dict[str, str]) -> list[str]:
+    """``$RLINFRA_NOTICE_DIR`` of this process, for the TaskRunner (whose preemption-notice patch
+    reads it), unless a submitted job's runtime env or the command line gives it already: a
+    Ray worker gets the environment of its job, not of the driver that started it."""
+    folder = environ.get(NOTICE_DIR_ENV)
+    if not folder:
+        return []
+    job = json.loads(environ.get(RAY_JOB_CONFIG_ENV, "{}") or "{}")
+    if NOTICE_DIR_ENV in ((job.get("runtime_env") or {}).get("env_vars") or {}):
+        return []
+    if any(arg.lstrip("+").startswith(f"{NOTICE_KEY}=") for arg in argv):
+        return []
+    return [f"++{NOTICE_KEY}={folder}"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"themselves through {SETUP_HOOK}",
         flush=True,
     )
-    sys.argv = [sys.argv[0], *args, *hook_override(args, dict(os.environ))]
+    environ = dict(os.environ)
+    sys.argv = [
+        sys.argv[0],
+        *args,
+        *hook_override(args, environ),
+        *notice_override(args, environ),
+    ]
     main_ppo.main()
     return 0
 

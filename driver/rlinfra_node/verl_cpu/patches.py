@@ -12,12 +12,15 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from rlinfra_node.spot_watch import NOTICE_DIR_ENV, Notice, due_notice, read_notices
 from rlinfra_node.verl_cpu import check_verl_version, installed_verl_version
 
 ROLLOUT_KEY = ("hf", "sync")
@@ -221,6 +224,54 @@ def _patch_timing() -> None:
     _replace_everywhere(performance, "topk_reduce_ratio_min_max", topk_reduce_ratio_min_max)
 
 
+def notice_forcing_save(
+    max_steps_duration: float, save_ckpt_duration: float, redundant_time: float
+) -> Notice | None:
+    """The preemption notice (``rlinfra_node.spot_watch``) in ``$RLINFRA_NOTICE_DIR`` whose node
+    goes before one more step and a save would be done, or None (no folder, no such notice)."""
+    folder = os.environ.get(NOTICE_DIR_ENV)
+    if not folder:
+        return None
+    window = save_ckpt_duration + max_steps_duration + redundant_time
+    try:
+        return due_notice(read_notices(Path(folder)), window, time.time())
+    except OSError:  # the bucket's mount may blink; the next step looks again
+        return None
+
+
+def _patch_preemption_notices() -> None:
+    """``utils/checkpoint/checkpoint_manager.py:207`` ``should_save_ckpt_esi``, called by the
+    trainer after every step (``trainer/ppo/ray_trainer.py:1210``, imported by name at ``:55``),
+    reads an expiration time from environment variables only, fixed when the trainer starts: it
+    also answers True when a spot node's preemption notice is due, and says whose. Verl then
+    saves a checkpoint (when ``trainer.save_freq`` > 0) and prints "Force saving checkpoint"."""
+    import verl.utils.checkpoint.checkpoint_manager as checkpoint_manager
+
+    original = checkpoint_manager.should_save_ckpt_esi
+    if getattr(original, "_rlinfra_notices", False):
+        return
+
+    @functools.wraps(original)
+    def should_save_ckpt_esi(
+        max_steps_duration: float, save_ckpt_duration: float = 60, redundant_time: float = 0
+    ) -> bool:
+        if original(max_steps_duration, save_ckpt_duration, redundant_time):
+            return True
+        notice = notice_forcing_save(max_steps_duration, save_ckpt_duration, redundant_time)
+        if notice is None:
+            return False
+        left = notice.deadline - time.time()
+        print(
+            f"verl_cpu: preemption notice of node {notice.node} ({notice.provider} "
+            f"{notice.action} in {left:.0f} s): forcing a checkpoint save",
+            flush=True,
+        )
+        return True
+
+    should_save_ckpt_esi._rlinfra_notices = True  # type: ignore[attr-defined]
+    _replace_everywhere(checkpoint_manager, "should_save_ckpt_esi", should_save_ckpt_esi)
+
+
 PATCHES: tuple[Callable[[], None], ...] = (
     _patch_torch_cpu,
     _patch_backend,
@@ -229,6 +280,7 @@ PATCHES: tuple[Callable[[], None], ...] = (
     _patch_event_loop,
     _patch_rollout,
     _patch_timing,
+    _patch_preemption_notices,
 )
 
 
