@@ -67,6 +67,14 @@ CidrOpt = Annotated[
         help="Also allow SSH from this CIDR (repeat); added to network.allowed_cidrs.",
     ),
 ]
+CloudOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cloud",
+        help="Plan on this one of the profile's candidate clouds (`cloud: [aws, gcp]`) instead "
+        "of the cheapest.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for CI and auditors).")]
 ClusterArg = Annotated[str, typer.Argument(help="Cluster name (see `rlinfra status`).")]
 
@@ -79,6 +87,7 @@ def _request(
     secret: list[str] | None,
     accelerators: str | None,
     allow_cidr: list[str] | None = None,
+    cloud: str | None = None,
 ) -> Any:
     from rlinfra.deploy import deployment_dir, read_record
     from rlinfra.pipeline import Request
@@ -97,6 +106,7 @@ def _request(
         secrets=parse_secret_flags(secret or []),
         accelerators=_accelerators(accelerators),
         allowed_cidrs=list(allow_cidr or []),
+        cloud=cloud,
     )
     return Request(profile=profile or DEFAULT_PROFILE, cluster=cluster, overrides=overrides)
 
@@ -184,11 +194,12 @@ def validate(
     env: EnvOpt = None,
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
+    cloud: CloudOpt = None,
 ) -> None:
     """Check a profile (and overrides) without touching anything; list the secrets up will need."""
     from rlinfra.pipeline import prepare, report_overrides, report_secrets
 
-    request = _request(profile, cluster, num_nodes, env, secret, accelerators)
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators, cloud=cloud)
     plan, _ = prepare(request, os.environ, need_secrets=False)
     report_overrides(plan)
     report_secrets(plan, request.overrides.secrets, os.environ)
@@ -205,6 +216,7 @@ def render(
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
     allow_cidr: CidrOpt = None,
+    cloud: CloudOpt = None,
 ) -> None:
     """Write the Terraform roots and Ansible files of a deployment into a folder, for review.
 
@@ -214,7 +226,7 @@ def render(
 
     folder = _out_folder(out)
     assert folder is not None
-    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, cloud)
     plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
     report_overrides(plan)
     report_secrets(plan, request.overrides.secrets, os.environ)
@@ -231,6 +243,7 @@ def plan(
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
     allow_cidr: CidrOpt = None,
+    cloud: CloudOpt = None,
     terraform: Annotated[
         bool,
         typer.Option(
@@ -265,6 +278,7 @@ def plan(
                 True,
                 out,
                 json_out,
+                cloud,
             )
         except RlinfraError as exc:
             ui.err.print(_error_line(exc), style="red", soft_wrap=True)
@@ -276,7 +290,17 @@ def plan(
             raise typer.Exit(1) from exc
         raise typer.Exit(2 if changes else 0)
     _plan(
-        profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, terraform, out, json_out
+        profile,
+        cluster,
+        num_nodes,
+        env,
+        secret,
+        accelerators,
+        allow_cidr,
+        terraform,
+        out,
+        json_out,
+        cloud,
     )
 
 
@@ -291,6 +315,7 @@ def _plan(
     terraform: bool,
     out: str | None,
     json_out: bool,
+    cloud: str | None = None,
 ) -> bool:
     """Print the plan; True when Terraform would change something."""
     from rlinfra.pipeline import audit, env_readers, prepare
@@ -298,7 +323,7 @@ def _plan(
     out_folder = _out_folder(out)
     from rlinfra.secrets import secret_status
 
-    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
+    request = _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, cloud)
     the_plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
     readers = env_readers(the_plan)
     summary: dict[str, Any] = {
@@ -317,6 +342,19 @@ def _plan(
             }
             for i, c in enumerate(the_plan.choices)
         ],
+        # A profile of several clouds: every cloud's candidates, the chosen cloud's first.
+        "clouds": [
+            {
+                "cloud": o.cloud,
+                "region": o.region,
+                "instance_type": o.candidate.instance_type,
+                "accelerator": str(o.candidate.accelerator) if o.candidate.accelerator else None,
+                "hourly_usd": None if math.isnan(o.candidate.hourly) else o.candidate.hourly,
+                "chosen": i == 0,
+            }
+            for i, o in enumerate(the_plan.clouds)
+        ],
+        "clouds_left_out": list(the_plan.clouds_left_out),
         "subnet": the_plan.subnet,
         "pin_set": the_plan.pins.name,
         "packages": list(the_plan.pins.packages),
@@ -360,7 +398,20 @@ def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None
     ui.out.print(
         f"cluster {the_plan.cluster} on {the_plan.cloud} (profile {the_plan.profile.name})"
     )
-    if summary["candidates"]:
+    if summary["clouds"]:
+        ui.out.print("  candidates on every listed cloud (USD per node-hour, catalog prices):")
+        for row in summary["clouds"]:
+            mark = "*" if row["chosen"] else " "
+            price = row["hourly_usd"]
+            ui.out.print(
+                f"   {mark} {row['cloud']:<4} {row['region'] or 'default':<14} "
+                f"{row['instance_type']:<16} {row['accelerator'] or 'cpu':<12} "
+                + (f"{price:>9.3f}" if price is not None else f"{'unknown':>9}")
+            )
+        for note in the_plan.clouds_left_out:
+            ui.out.print(f"     not a candidate: {note}")
+        ui.out.print("  (the cheapest is chosen; --cloud CLOUD plans another)")
+    elif summary["candidates"]:
         ui.out.print("  candidates (USD per node-hour, catalog prices):")
         for row in summary["candidates"]:
             mark = "*" if row["chosen"] else " "
@@ -407,6 +458,7 @@ def up(
     secret: SecretOpt = None,
     accelerators: AccOpt = None,
     allow_cidr: CidrOpt = None,
+    cloud: CloudOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before creating.")] = False,
     no_check: Annotated[
         bool, typer.Option("--no-check", help="Skip the acceptance check at the end.")
@@ -447,7 +499,7 @@ def up(
     from rlinfra.pipeline import up as run_up
 
     the_plan, secrets = prepare(
-        _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr),
+        _request(profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, cloud),
         os.environ,
         account="require",
     )

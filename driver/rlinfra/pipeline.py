@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,8 @@ def prepare(
     secrets = resolve_secrets(
         profile, request.overrides.secrets, environ, source, require=need_secrets
     )
+    # A profile of several clouds is now the chosen cloud's (plan.clouds keeps the others).
+    profile = plan.profile
     if account in ("lookup", "require") and needs_account(profile):
         cloud = cloud_for(profile.cloud)
         if account == "require":
@@ -88,7 +90,9 @@ def prepare(
             cloud.check_inputs(plan)
         account_id = cloud.account_id(environ, required=account == "require")
         if account_id is not None:
+            others, left_out = plan.clouds, plan.clouds_left_out
             plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
+            plan = replace(plan, clouds=others, clouds_left_out=left_out)
     return plan, secrets
 
 

@@ -6,7 +6,9 @@ unit-tested from a profile alone.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 from rlinfra.accelerators import Accelerator
@@ -28,6 +30,15 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
+class CloudChoice:
+    """One machine on one of a profile's candidate clouds (``cloud: [aws, gcp]``)."""
+
+    cloud: str
+    region: str | None
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
 class Plan:
     """What `up` will build and run, decided from a profile and command-line overrides."""
 
@@ -44,6 +55,11 @@ class Plan:
     choices: tuple[Candidate, ...] = ()
     # Bucket names, one per storage entry (see bucket_names).
     buckets: tuple[str, ...] = ()
+    # A profile listing several clouds: every cloud's candidates, cheapest first (the chosen
+    # cloud's first); empty for a profile of one cloud.
+    clouds: tuple[CloudChoice, ...] = ()
+    # Candidate clouds that cannot run the profile, with why ("gcp: no machine type ...").
+    clouds_left_out: tuple[str, ...] = ()
 
     @property
     def instance_type(self) -> str | None:
@@ -171,6 +187,10 @@ def make_plan(
                 + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
                 "3-63 characters: lowercase letters, digits, '.', '-'.",
             )
+    if profile.clouds:
+        profile, options, left_out = choose_cloud(profile, source, name, offered)
+        plan = make_plan(profile, source, cluster, overrides, offered, account)
+        return dataclasses.replace(plan, clouds=options, clouds_left_out=left_out)
     site = cloud_for(profile.cloud).site(profile, source, name, offered)
 
     nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
@@ -193,3 +213,46 @@ def make_plan(
 
         job_spec(plan)
     return plan
+
+
+def _hourly(candidate: Candidate) -> tuple[bool, float]:
+    """Sort key: known prices first, cheapest first."""
+    return (math.isnan(candidate.hourly), 0.0 if math.isnan(candidate.hourly) else candidate.hourly)
+
+
+def choose_cloud(
+    profile: Profile, source: str, cluster: str, offered: set[str] | None
+) -> tuple[Profile, tuple[CloudChoice, ...], tuple[str, ...]]:
+    """The profile on the candidate cloud whose best machine is cheapest, and every cloud's
+    candidates, cheapest first. A cloud that cannot run the profile is left out; none can, and
+    the error names each one's reason."""
+    from rlinfra.clouds import cloud_for
+
+    options: list[CloudChoice] = []
+    best: dict[str, Candidate] = {}
+    errors: list[str] = []
+    resolved: dict[str, Profile] = {}
+    for cloud in profile.clouds:
+        on_cloud = profile.for_cloud(cloud)
+        try:
+            site = cloud_for(cloud).site(on_cloud, source, cluster, offered)
+        except UsageError as exc:
+            errors.append(f"{cloud}: {exc.message.removeprefix(f'{source}: ')}")
+            continue
+        if not site.choices:
+            errors.append(f"{cloud}: no machine meets the profile")
+            continue
+        resolved[cloud] = on_cloud
+        best[cloud] = site.choices[0]
+        options += [CloudChoice(cloud, on_cloud.region, c) for c in site.choices]
+    if not best:
+        raise UsageError(
+            f"{source}: cloud: no candidate cloud can run this profile ({'; '.join(errors)})"
+        )
+    # The cheapest best machine; on a tie (or unknown prices) the cloud listed first.
+    chosen = min(best, key=lambda cloud: _hourly(best[cloud]))
+    # Every machine, cheapest first (the chosen cloud's best leads: it is the cheapest).
+    ordered = sorted(
+        options, key=lambda o: (o.candidate is not best[chosen], *_hourly(o.candidate))
+    )
+    return resolved[chosen], tuple(ordered), tuple(errors)

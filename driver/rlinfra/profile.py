@@ -39,6 +39,8 @@ BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 
 Cloud = Literal["local", "aws", "gcp", "ssh"]
+# The clouds a profile may list as candidates (`cloud: [aws, gcp]`).
+MULTI_CLOUD = ("aws", "gcp")
 
 
 _Strict = StrictModel
@@ -325,9 +327,21 @@ class Profile(_Strict):
 
     name: str = ""
     description: str = ""
-    cloud: Cloud = "local"
+    cloud: Cloud = Field(
+        default="local",
+        description="The cloud; a list (e.g. [aws, gcp]) makes each a candidate and `plan` "
+        "picks the cheapest (`--cloud` picks one).",
+    )
+    # Set from a list under `cloud`: the candidate clouds (`cloud` is then the first).
+    clouds: list[Cloud] = Field(default_factory=list)
     region: str | None = None
     zone: str | None = None
+    regions: dict[Cloud, str] = Field(
+        default_factory=dict, description="With several clouds: each cloud's region."
+    )
+    zones: dict[Cloud, str] = Field(
+        default_factory=dict, description="With several clouds: each cloud's zone."
+    )
     project: str | None = Field(
         default=None,
         description="Google Cloud project id (cloud gcp only; `up` needs it). Unset elsewhere.",
@@ -377,11 +391,16 @@ class Profile(_Strict):
 
     @model_serializer(mode="wrap")
     def _without_unset_project(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """``project`` is left out of dumps while unset, so profiles of other clouds (and their
-        rendered copies and records) read as before the field existed."""
+        """``project`` is left out of dumps while unset, and the candidate-cloud fields while
+        empty, so profiles of one cloud (and their rendered copies and records) read as before
+        those fields existed."""
         data = handler(self)
-        if isinstance(data, dict) and self.project is None:
-            data.pop("project", None)
+        if isinstance(data, dict):
+            if self.project is None:
+                data.pop("project", None)
+            for key in ("clouds", "regions", "zones"):
+                if not getattr(self, key):
+                    data.pop(key, None)
         return data
 
     @field_validator("ports")
@@ -395,9 +414,60 @@ class Profile(_Strict):
             raise ValueError(f"port {dup[0]} is listed twice")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cloud_list(cls, data: Any) -> Any:
+        """``cloud: [aws, gcp]``: the candidates go to ``clouds``, the first to ``cloud``."""
+        if isinstance(data, dict) and isinstance(data.get("cloud"), list):
+            listed = data["cloud"]
+            if not listed:
+                raise ValueError("cloud: list at least one cloud")
+            data = {**data, "cloud": listed[0], "clouds": listed if len(listed) > 1 else []}
+        return data
+
+    @model_validator(mode="after")
+    def _candidate_clouds(self) -> Profile:
+        if self.clouds:
+            if len(set(self.clouds)) != len(self.clouds):
+                raise ValueError("cloud: a cloud is listed twice")
+            odd = [c for c in self.clouds if c not in MULTI_CLOUD]
+            if odd:
+                raise ValueError(
+                    f"cloud: {odd[0]} cannot be one of several candidates "
+                    f"(only {', '.join(MULTI_CLOUD)} can)"
+                )
+            if self.region is not None or self.zone is not None:
+                raise ValueError(
+                    "region/zone: with several clouds give each cloud's under regions/zones"
+                )
+        for name, given in (("regions", self.regions), ("zones", self.zones)):
+            extra = sorted(set(given) - set(self.clouds or [self.cloud]))
+            if extra:
+                raise ValueError(f"{name}.{extra[0]}: {extra[0]} is not a cloud of this profile")
+            if given and not self.clouds:
+                raise ValueError(f"{name}: only with several clouds (use region/zone)")
+        return self
+
+    def for_cloud(self, cloud: str) -> Profile:
+        """This profile on one of its candidate clouds: that cloud's region and zone; a GCP
+        project only where the cloud is GCP."""
+        if not self.clouds:
+            return self
+        data = self.model_dump(mode="python")
+        data.update(
+            cloud=cloud,
+            clouds=[],
+            region=self.regions.get(cloud),  # type: ignore[call-overload]
+            zone=self.zones.get(cloud),  # type: ignore[call-overload]
+            regions={},
+            zones={},
+            project=self.project if cloud == "gcp" else None,
+        )
+        return Profile.model_validate(data)
+
     @model_validator(mode="after")
     def _cross(self) -> Profile:
-        if self.project is not None and self.cloud != "gcp":
+        if self.project is not None and "gcp" not in (self.clouds or [self.cloud]):
             raise ValueError(
                 f"project is for cloud gcp only (this profile's cloud is {self.cloud})"
             )
@@ -626,6 +696,8 @@ class Overrides:
     accelerators: list[str] | None = None
     secrets: dict[str, str | None] = field(default_factory=dict)
     allowed_cidrs: list[str] = field(default_factory=list)
+    # --cloud: one of the profile's candidate clouds.
+    cloud: str | None = None
 
 
 def parse_env_pairs(pairs: Iterable[str], flag: str = "--env") -> dict[str, str]:
@@ -681,6 +753,18 @@ def apply_overrides(
         if key not in profile.secrets:
             data["secrets"][key] = "optional"
             changes.append(Override(f"secrets.{key}", "undeclared", "optional"))
+    if overrides.cloud is not None:
+        listed = profile.clouds or [profile.cloud]
+        if overrides.cloud not in listed:
+            raise UsageError(
+                f"--cloud {overrides.cloud}: {source} runs on {', '.join(listed)} only",
+                "List the cloud under the profile's `cloud:` to make it a candidate.",
+            )
+        if profile.clouds:
+            chosen = profile.for_cloud(overrides.cloud).model_dump(mode="python")
+            for key in ("cloud", "clouds", "region", "zone", "regions", "zones", "project"):
+                data[key] = chosen.get(key, {"clouds": [], "regions": {}, "zones": {}}.get(key))
+            changes.append(Override("cloud", ",".join(listed), overrides.cloud))
     try:
         return Profile.model_validate(data), changes
     except ValidationError as exc:
