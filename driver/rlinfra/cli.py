@@ -330,7 +330,15 @@ def _plan(
         "cluster": the_plan.cluster,
         "cloud": the_plan.cloud,
         "profile": the_plan.profile.name,
-        "nodes": [{"name": n.name, "rank": n.rank, "role": n.role} for n in the_plan.nodes],
+        "nodes": [
+            {
+                "name": n.name,
+                "rank": n.rank,
+                "role": n.role,
+                **({"where": n.where} if n.where else {}),
+            }
+            for n in the_plan.nodes
+        ],
         "accelerator": str(the_plan.accelerator) if the_plan.accelerator else None,
         "instance_type": the_plan.instance_type,
         "candidates": [
@@ -424,7 +432,7 @@ def _print_plan(the_plan: Any, summary: dict[str, Any], terraform: bool) -> None
                 )
             )
     for node in the_plan.nodes:
-        what = the_plan.instance_type or summary["accelerator"] or "cpu"
+        what = node.where or the_plan.instance_type or summary["accelerator"] or "cpu"
         ui.out.print(f"  + node {node.name} ({node.role}, {what})")
     for bucket in the_plan.storage_buckets:
         ui.out.print(f"  + bucket {bucket} (kept by `down`)")
@@ -483,6 +491,14 @@ def up(
             help="Run every Ansible role, even when the inputs are unchanged and the nodes verify.",
         ),
     ] = False,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="cloud ssh: take over hosts that run another rlinfra cluster or a Ray that "
+            "rlinfra did not start (their Ray is stopped), instead of refusing them.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Create the cluster (or converge it), configure every node, form Ray, run the check.
@@ -507,7 +523,19 @@ def up(
         from rlinfra.workloads.spec import job_spec
 
         job_spec(the_plan).refuse_unset()
-    if the_plan.cloud != "local" and not yes:
+    if take_over:
+        if the_plan.cloud != "ssh":
+            raise UsageError("--take-over is for cloud ssh (hosts you already have)")
+        from rlinfra.clouds.ssh import with_take_over
+
+        the_plan = with_take_over(the_plan)
+    if the_plan.cloud == "ssh" and not yes:
+        ui.out.print(f"This configures {the_plan.num_nodes} existing host(s) over SSH.")
+        if not ui.confirm("Proceed?"):
+            raise UsageError(
+                "not confirmed; nothing was changed", "Pass --yes to skip the question."
+            )
+    elif the_plan.cloud != "local" and not yes:
         ui.out.print(f"This creates {the_plan.num_nodes} node(s) on {the_plan.cloud}.")
         if not ui.confirm("Proceed?"):
             raise UsageError(
@@ -911,12 +939,21 @@ def down(
     delete_buckets: Annotated[
         bool, typer.Option("--delete-buckets", help="Also delete the cluster's buckets and data.")
     ] = False,
+    purge: Annotated[
+        bool,
+        typer.Option(
+            "--purge",
+            help="cloud ssh: also remove what rlinfra installed on the hosts (/opt/rlinfra, its "
+            "venv, its system settings); the machines stay.",
+        ),
+    ] = False,
 ) -> None:
-    """Destroy a cluster's nodes. Buckets are kept unless --delete-buckets."""
+    """Destroy a cluster's nodes (cloud ssh: leave the machines, stop rlinfra's processes and
+    remove the node contract). Buckets are kept unless --delete-buckets."""
     from rlinfra.pipeline import down as run_down
     from rlinfra.pipeline import plan_down
 
-    todo = plan_down(cluster, delete_buckets)
+    todo = plan_down(cluster, delete_buckets, purge)
     for line in todo.describe():
         ui.out.print(line)
     if not yes and not ui.confirm("Destroy these?"):

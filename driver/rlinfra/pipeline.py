@@ -601,8 +601,12 @@ def up(
                     changed = _apply_root(tf, gone[root], from_plan) or changed
             if from_plan:
                 (folder / "plan-digest.txt").unlink(missing_ok=True)
-            outputs = _terraform(ctx, "cluster").output()
-            hosts = cloud.hosts_from_outputs(outputs)
+            given = cloud.hosts_from_plan(plan, ctx)
+            hosts = (
+                given
+                if given is not None
+                else cloud.hosts_from_outputs(_terraform(ctx, "cluster").output())
+            )
             (folder / "ansible" / "inventory.yml").write_text(render_inventory(plan, hosts, ctx))
             update_record(folder, stage=Stage.INFRASTRUCTURE, hosts=hosts)
             seconds["terraform"] = time.monotonic() - started
@@ -798,10 +802,16 @@ class DownPlan:
     cloud: str = "local"
     # Object versions in each bucket that --delete-buckets deletes with it (clouds that count).
     contents: dict[str, int] = field(default_factory=dict)
+    # Machines that stay (the ssh cloud): what `down` stops and removes on each, shown first.
+    release: list[str] = field(default_factory=list)
+    purge: bool = False
 
     def describe(self) -> list[str]:
         lines = [f"cluster {self.cluster}: {len(self.hosts)} node(s)"]
-        lines += [f"  destroy node {h.name} ({h.private_ip})" for h in self.hosts]
+        if self.release:
+            lines += self.release
+        else:
+            lines += [f"  destroy node {h.name} ({h.private_ip})" for h in self.hosts]
         for bucket in self.buckets:
             if not self.delete_buckets:
                 lines.append(f"  keep bucket {bucket}")
@@ -812,7 +822,7 @@ class DownPlan:
         return lines
 
 
-def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
+def plan_down(cluster: str, delete_buckets: bool, purge: bool = False) -> DownPlan:
     from rlinfra.errors import ClusterBusyError
 
     folder, record = require_cluster(cluster)
@@ -830,13 +840,34 @@ def plan_down(cluster: str, delete_buckets: bool) -> DownPlan:
     provider = cloud_for(cloud)
     if delete_buckets and provider.empties_buckets:
         contents = {bucket: provider.bucket_versions(folder, bucket) for bucket in buckets}
-    return DownPlan(cluster, folder, list(record.hosts), buckets, delete_buckets, cloud, contents)
+    if purge and not provider.keeps_machines:
+        raise UsageError(
+            f"--purge: the {cloud} cloud destroys its machines; there is nothing to purge",
+            "Run `down` without --purge.",
+        )
+    release = provider.release_lines(record, purge) if provider.keeps_machines else []
+    return DownPlan(
+        cluster,
+        folder,
+        list(record.hosts),
+        buckets,
+        delete_buckets,
+        cloud,
+        contents,
+        release,
+        purge,
+    )
 
 
 def down(todo: DownPlan) -> None:
     folder = todo.folder
     with cluster_lock(folder, "down"):
         stop_tunnels(folder)
+        provider = cloud_for(todo.cloud)
+        if provider.keeps_machines:
+            record = read_record(folder)
+            if record is not None:
+                provider.release_hosts(folder, record, todo.purge)
         cluster_root = folder / "terraform" / "cluster"
         if cluster_root.is_dir():
             tf = _terraform_at(folder, "cluster")
@@ -1019,7 +1050,7 @@ def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:
     from rlinfra.runners import ssh
 
     head = record.hosts[0]
-    if ssh.port_open(head.ssh_host, port):
+    if not head.ssh_proxy and ssh.port_open(head.ssh_host, port):
         return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}
     tunnels = folder / "tunnels"
     tunnels.mkdir(exist_ok=True)

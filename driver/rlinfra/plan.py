@@ -23,6 +23,8 @@ from rlinfra.profile import BUCKET_NAME_RE, Override, Profile, check_cluster_nam
 class NodePlan:
     name: str
     rank: int
+    # Where the node is, where the profile says it (the ssh cloud's hosts); else "".
+    where: str = ""
 
     @property
     def role(self) -> str:
@@ -193,7 +195,14 @@ def make_plan(
         return dataclasses.replace(plan, clouds=options, clouds_left_out=left_out)
     site = cloud_for(profile.cloud).site(profile, source, name, offered)
 
-    nodes = tuple(NodePlan(f"{name}-{rank}", rank) for rank in range(profile.resources.num_nodes))
+    nodes = tuple(
+        NodePlan(
+            site.node_names[rank] if site.node_names else f"{name}-{rank}",
+            rank,
+            site.node_where[rank] if site.node_where else "",
+        )
+        for rank in range(profile.resources.num_nodes)
+    )
     plan = Plan(
         cluster=name,
         profile=profile,

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
+from rlinfra.clouds.ssh_hosts import SshHosts, default_num_nodes
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.serving import Serving
 from rlinfra.strict import StrictModel
@@ -358,6 +359,30 @@ class Profile(_Strict):
     serving: Serving | None = None
     state: State = Field(default_factory=State)
     recovery: Recovery = Field(default_factory=Recovery)
+    # Left out of dumps while unset, so profiles of other clouds read as before it existed.
+    ssh: SshHosts | None = Field(
+        default=None,
+        description="The machines of cloud ssh (hosts you already have).",
+        exclude_if=lambda value: value is None,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ssh_num_nodes(cls, data: Any) -> Any:
+        return default_num_nodes(data)
+
+    @model_validator(mode="after")
+    def _ssh_section(self) -> Profile:
+        if self.cloud == "ssh" and self.ssh is None:
+            raise ValueError("cloud ssh needs an `ssh:` section that lists the hosts")
+        if self.ssh is not None and self.cloud != "ssh":
+            raise ValueError(f"ssh is for cloud ssh only (this profile's cloud is {self.cloud})")
+        if self.ssh is not None and self.resources.num_nodes > len(self.ssh.hosts):
+            raise ValueError(
+                f"resources.num_nodes {self.resources.num_nodes}: ssh.hosts lists "
+                f"{len(self.ssh.hosts)} host(s)"
+            )
+        return self
 
     @field_validator("env", mode="before")
     @classmethod

@@ -6,6 +6,7 @@ Rendering the same plan with the same context gives byte-identical output.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,13 @@ class Host:
     private_ip: str
     interface: str
     ssh_user: str
+    # How SSH reaches the node where the cloud does not decide it alone (the ssh cloud's hosts):
+    # its port, its key ("" the deployment's own), the SSH agent instead of a key, and a
+    # ProxyCommand through a bastion ("" none).
+    ssh_port: int = 22
+    ssh_key: str = ""
+    ssh_agent: bool = False
+    ssh_proxy: str = ""
 
 
 def ray_node_resources(plan: Plan) -> tuple[int | None, dict[str, int]]:
@@ -277,14 +285,23 @@ def render_inventory(plan: Plan, hosts: list[Host], ctx: Context) -> str:
     ordered = sorted(hosts, key=lambda h: h.rank)
 
     def hostvars(host: Host) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "ansible_host": host.ssh_host,
             "ansible_user": host.ssh_user,
-            "ansible_ssh_private_key_file": str(ctx.ssh_private_key),
+            "ansible_ssh_private_key_file": host.ssh_key or str(ctx.ssh_private_key),
             "rlinfra_node_rank": host.rank,
             "rlinfra_private_ip": host.private_ip,
             "rlinfra_interface_hint": host.interface,
         }
+        if host.ssh_agent:
+            del out["ansible_ssh_private_key_file"]
+        if host.ssh_port != 22:
+            out["ansible_port"] = host.ssh_port
+        if host.ssh_proxy:
+            out["ansible_ssh_common_args"] = shlex.join(["-o", f"ProxyCommand={host.ssh_proxy}"])
+        if host.ssh_user != "root":
+            out["ansible_become"] = True
+        return out
 
     inventory = {
         "all": {

@@ -19,7 +19,8 @@ def test_each_cloud_implements_every_required_operation(name: str) -> None:
     cloud = cloud_for(name)
     assert isinstance(cloud, Cloud) and cloud.name == name
     assert not inspect.isabstract(type(cloud))
-    assert list(cloud.roots) == ["storage", "cluster"]
+    # The ssh cloud's machines exist already: no cluster root.
+    assert list(cloud.roots) == (["storage"] if name == "ssh" else ["storage", "cluster"])
     for modules in cloud.roots.values():
         for module in modules:
             assert (MODULES / module / "main.tf").is_file(), module
@@ -30,6 +31,13 @@ def test_each_cloud_implements_every_required_operation(name: str) -> None:
     }
     assert len(set(overrides.values())) == 1, overrides
     assert cloud.empties_buckets == overrides["bucket_versions"]
+    # So do the operations of clouds whose machines outlive `down`.
+    keeps = {
+        op: getattr(type(cloud), op) is not getattr(Cloud, op)
+        for op in ("release_lines", "release_hosts", "hosts_from_plan")
+    }
+    assert len(set(keeps.values())) == 1, keeps
+    assert cloud.keeps_machines == keeps["release_hosts"] == (name == "ssh")
 
 
 def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
@@ -48,4 +56,4 @@ def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
 def test_an_unsupported_cloud_is_refused() -> None:
     with pytest.raises(UsageError) as caught:
         cloud_for("azure")
-    assert "Supported clouds: local, aws, gcp." in str(caught.value.hint)
+    assert "Supported clouds: local, aws, gcp, ssh." in str(caught.value.hint)

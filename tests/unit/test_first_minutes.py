@@ -132,7 +132,7 @@ def test_secret_values_resolve_from_file_stdin_and_environment(tmp_path: Path) -
         ("", ["the file is empty"]),
         ("cloud: local\ncloud: aws\n", ["key 'cloud' is given twice (line 2)"]),
         ("resources:\n  num_nodes: true\n", ["num_nodes: expected a number, got true"]),
-        ("cloud: ssh\n", ["cloud: 'ssh' is not supported", "Supported clouds: local, aws, gcp"]),
+        ("cloud: ssh\n", ["cloud ssh needs an `ssh:` section that lists the hosts"]),
     ],
 )
 def test_bad_profile_files(

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rlinfra.clouds.base import Cloud
 
 # The clouds this version deploys; a profile naming another is refused at `validate`.
-SUPPORTED = ("local", "aws", "gcp")
+SUPPORTED = ("local", "aws", "gcp", "ssh")
 
 
 def cloud_for(name: str) -> Cloud:

@@ -16,7 +16,10 @@ optional (the defaults say "nothing to do" or "not offered")
     offers it says so with ``finds_gone``, so that the others never read the state for it),
     ``capacity_error`` (a failed apply that another candidate machine may not hit),
     ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
-    removes; a cloud that offers one offers both).
+    removes; a cloud that offers one offers both),
+    ``hosts_from_plan`` (machines that exist already: the inventory without a cluster root),
+    ``release_lines`` and ``release_hosts`` (`down` of machines that stay: what it stops and
+    removes on them; a cloud that offers one offers both, ``keeps_machines`` says whether).
 
 Every operation but ``preflight``, ``account_id`` and the bucket operations is pure (reads the
 plan and context, calls nothing outside the process).
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     from rlinfra.accelerators import Accelerator
     from rlinfra.context import Context
+    from rlinfra.deploy import Record
     from rlinfra.plan import Plan
     from rlinfra.profile import Profile
     from rlinfra.render import Host
@@ -60,6 +64,10 @@ class Site:
     subnet: str | None = None
     # Machines that meet the profile, the chosen one first, then the others by price.
     choices: tuple[Candidate, ...] = ()
+    # Names of the nodes, rank order, where the profile names them (default <cluster>-<rank>),
+    # and where each one is, for `plan` (e.g. "root@10.0.0.5:22"; empty: the machine type).
+    node_names: tuple[str, ...] = ()
+    node_where: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,3 +157,24 @@ class Cloud(ABC):
     def empty_bucket(self, folder: Path, bucket: str) -> int:
         """Delete every object version of ``bucket`` (after `down` asked); how many went."""
         raise NotImplementedError(f"the {self.name} cloud does not empty buckets")
+
+    def hosts_from_plan(self, plan: Plan, ctx: Context) -> list[Host] | None:
+        """The inventory, where the machines exist before `up` (no cluster root); None: the
+        cluster root's outputs give it (``hosts_from_outputs``). Pure."""
+        return None
+
+    @property
+    def keeps_machines(self) -> bool:
+        """Whether `down` leaves the machines (``release_lines``/``release_hosts``)."""
+        return type(self).release_hosts is not Cloud.release_hosts
+
+    def release_lines(self, record: Record, purge: bool) -> list[str]:
+        """What `down` (``purge``: `down --purge`) stops and removes on each machine, shown
+        before it asks. Pure."""
+        raise NotImplementedError(f"the {self.name} cloud destroys its machines")
+
+    def release_hosts(self, folder: Path, record: Record, purge: bool) -> None:
+        """Stop rlinfra's processes and remove its node contract (``purge``: everything rlinfra
+        installed) on every machine, leaving the machines; OperationError naming the hosts
+        where that failed."""
+        raise NotImplementedError(f"the {self.name} cloud destroys its machines")

@@ -12,22 +12,32 @@ from rlinfra.render import Host
 NODE_ENV = "/opt/rlinfra/node.env"
 
 
-def ssh_argv(folder: Path, host: Host, *extra: str, tty: bool = False) -> list[str]:
+def ssh_argv(
+    folder: Path, host: Host, *extra: str, tty: bool = False, known_hosts: str | None = None
+) -> list[str]:
+    """``ssh`` to ``host`` with its key (or the agent), port and bastion; ``known_hosts``: a
+    file other than the deployment's (preflight, before the deployment folder exists)."""
+    identity = (
+        []
+        if host.ssh_agent
+        else ["-i", host.ssh_key or str(folder / "ssh" / "id_ed25519"), "-o", "IdentitiesOnly=yes"]
+    )
     argv = [
         "ssh",
-        "-i",
-        str(folder / "ssh" / "id_ed25519"),
+        *identity,
         "-o",
         "StrictHostKeyChecking=no",
         "-o",
-        f"UserKnownHostsFile={folder / 'ssh' / 'known_hosts'}",
-        "-o",
-        "IdentitiesOnly=yes",
+        f"UserKnownHostsFile={known_hosts or folder / 'ssh' / 'known_hosts'}",
         "-o",
         "ConnectTimeout=10",
         "-o",
         "LogLevel=ERROR",
     ]
+    if host.ssh_port != 22:
+        argv += ["-p", str(host.ssh_port)]
+    if host.ssh_proxy:
+        argv += ["-o", f"ProxyCommand={host.ssh_proxy}"]
     if not tty:
         argv += ["-o", "BatchMode=yes"]
     else:

@@ -1,0 +1,402 @@
+"""The `ssh` cloud: machines the team already has (on-prem, reserved, another provider's VMs).
+
+No Terraform compute: the hosts come from the profile's ``ssh:`` section. `up` checks every host
+over SSH before changing anything (``clouds/ssh_preflight.py``), then runs the same Ansible
+roles, Ray cluster, acceptance check and job as every cloud. `down` leaves the machines: it stops
+rlinfra's processes and removes the node contract; `down --purge` removes all that rlinfra
+installed. Buckets: local buckets (folders of this machine) when the hosts share its filesystem
+(``ssh.shared_filesystem``); cloud buckets are not offered yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlinfra import ui
+from rlinfra.clouds import local
+from rlinfra.clouds.base import Cloud, Site
+from rlinfra.clouds.ssh_hosts import SshHost, SshHosts, SshJump
+from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, probe_host
+from rlinfra.context import Context
+from rlinfra.deploy import Record, deployment_dir
+from rlinfra.errors import OperationError, UsageError
+from rlinfra.plan import Plan
+from rlinfra.profile import Profile
+from rlinfra.render import Host
+
+ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
+
+RLINFRA_ROOT = "/opt/rlinfra"
+# Files of the base role outside /opt/rlinfra (removed by --purge only if rlinfra wrote them).
+SYSTEM_FILES = ("/etc/security/limits.d/90-rlinfra.conf", "/etc/sysctl.d/90-rlinfra.conf")
+# The node contract and what belongs to one cluster's run (removed by every `down`).
+CONTRACT = ("node.env", "node.json", "converged", "ray", "jobs", "run")
+# SSH options of every connection a bastion makes for us.
+_BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
+
+
+def section(profile: Profile, source: str = "profile") -> SshHosts:
+    if profile.ssh is None:
+        raise UsageError(f"{source}: ssh: cloud ssh needs an `ssh:` section that lists the hosts")
+    return profile.ssh
+
+
+def _identity(key: str | None, agent: bool | None, fallback: SshHosts) -> tuple[str, bool]:
+    """(key file, use the agent) of a host or bastion: its own, else the section's."""
+    if key is not None:
+        return str(Path(key).expanduser()), False
+    if agent:
+        return "", True
+    if fallback.identity_file is not None:
+        return str(Path(fallback.identity_file).expanduser()), False
+    return "", True
+
+
+def proxy_command(jump: SshJump, ssh: SshHosts) -> str:
+    """The ProxyCommand that reaches a host through ``jump`` (``ssh -W``)."""
+    key, agent = _identity(jump.identity_file, jump.agent, ssh)
+    argv = ["ssh", *_BATCH, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    if not agent:
+        argv += ["-i", key, "-o", "IdentitiesOnly=yes"]
+    port = jump.port or ssh.port
+    if port != 22:
+        argv += ["-p", str(port)]
+    return shlex.join([*argv, "-W", "%h:%p", f"{jump.user or ssh.user}@{jump.address}"])
+
+
+def node_name(host: SshHost, cluster: str, rank: int) -> str:
+    return host.name or f"{cluster}-{rank}"
+
+
+def hosts(plan: Plan) -> list[Host]:
+    """The inventory, from the profile alone (pure): the head first, then the others."""
+    ssh = section(plan.profile, plan.source)
+    out = []
+    for rank, entry in enumerate(ssh.ordered()[: plan.num_nodes]):
+        key, agent = _identity(entry.identity_file, entry.agent, ssh)
+        jump = entry.jump or ssh.jump
+        out.append(
+            Host(
+                name=plan.nodes[rank].name,
+                rank=rank,
+                ssh_host=entry.address,
+                private_ip=entry.cluster_ip,
+                interface="",
+                ssh_user=entry.user or ssh.user,
+                ssh_port=entry.port or ssh.port,
+                ssh_key=key,
+                ssh_agent=agent,
+                ssh_proxy=proxy_command(jump, ssh) if jump is not None else "",
+            )
+        )
+    return out
+
+
+def where(entry: SshHost, ssh: SshHosts) -> str:
+    port = entry.port or ssh.port
+    jump = entry.jump or ssh.jump
+    text = f"{entry.user or ssh.user}@{entry.address}" + (f":{port}" if port != 22 else "")
+    if entry.private_address:
+        text += f", cluster address {entry.private_address}"
+    if jump is not None:
+        text += f", via {jump.user or ssh.user}@{jump.address}"
+    return text
+
+
+def site(profile: Profile, source: str, cluster: str) -> Site:
+    ssh = section(profile, source)
+    candidates = profile.resources.accelerator_candidates
+    if len(candidates) > 1:
+        raise UsageError(
+            f"{source}: resources.accelerators: the ssh cloud's hosts are given; declare the one "
+            "GPU kind and count they have (e.g. H100:8)"
+        )
+    if profile.storage and not ssh.shared_filesystem:
+        raise UsageError(
+            f"{source}: storage: the ssh cloud mounts local buckets only (folders of this "
+            "machine), which needs ssh.shared_filesystem: true; cloud buckets are not offered yet",
+            "Remove storage, or set ssh.shared_filesystem when the hosts see RLINFRA_HOME.",
+        )
+    ordered = ssh.ordered()[: profile.resources.num_nodes]
+    names = tuple(node_name(h, cluster, rank) for rank, h in enumerate(ordered))
+    if len(set(names)) != len(names):
+        raise UsageError(f"{source}: ssh.hosts: two hosts are called {names[0]!r}")
+    return Site(
+        accelerator=candidates[0] if candidates else None,
+        node_names=names,
+        node_where=tuple(where(h, ssh) for h in ordered),
+    )
+
+
+def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+    if not plan.storage_buckets:
+        return {}
+    return {
+        "storage": {"buckets": plan.storage_buckets, "bucket_root": str(local.bucket_root(ctx))}
+    }
+
+
+def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
+    """Hosts that share this machine's files get the local cloud's shared cache and buckets."""
+    ssh = section(plan.profile, plan.source)
+    python = plan.profile.software.python
+    if ssh.shared_filesystem:
+        return {
+            **local.ansible_vars(plan, ctx),
+            # The hosts' /etc may be this machine's (or shared): limits stay as they are.
+            "base_manage_limits": False,
+            # uv comes through SSH (the local cloud's staged copy is not made for this cloud).
+            "python_env_uv_binary_host_src": "",
+        }
+    return {
+        "python_env_python": "python3" if python == "system" else python,
+        # Under /opt/rlinfra, so that `down --purge` takes it with everything else.
+        "python_env_cache_dir": f"{RLINFRA_ROOT}/cache/uv",
+        "storage_backend": "local",
+        "storage_local_root": "",
+    }
+
+
+def expectations(plan: Plan) -> Expect:
+    ssh = section(plan.profile, plan.source)
+    profile = plan.profile
+    head_ports = [*profile.ports]
+    if profile.serving is not None and profile.serving.model is not None:
+        head_ports.append(profile.serving.model.port)
+    if profile.serving is not None and profile.serving.retrieval is not None:
+        head_ports.append(profile.serving.retrieval.port)
+    return Expect(
+        cluster=plan.cluster,
+        gpus_per_node=plan.gpus_per_node,
+        min_free_gb=ssh.min_free_gb,
+        max_clock_skew_s=ssh.max_clock_skew_s,
+        ports=tuple(sorted(set(profile.network.ray.ports().values()))),
+        head_ports=tuple(sorted(set(head_ports))),
+        system_python=profile.software.python == "system",
+        take_over=ssh.take_over,
+    )
+
+
+def preflight(plan: Plan) -> None:
+    """Every host at once, read-only: refused (exit 2) with one line per failing host."""
+    nodes = hosts(plan)
+    folder = deployment_dir(plan.cluster)
+
+    def ask(index: int) -> Answer:
+        argv = _argv(folder, nodes[index], known_hosts="/dev/null")
+        return probe_host([*argv, "sh -s"])
+
+    with ui.step(f"preflight of {len(nodes)} host(s) over SSH"):
+        failing, notes = check_hosts([h.name for h in nodes], ask, expectations(plan))
+    for note in notes:
+        ui.warn(note)
+    if failing:
+        for line in failing:
+            ui.err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        raise UsageError(
+            f"preflight refused {len(failing)} of {len(nodes)} host(s); nothing was changed",
+            "Fix what each line says (or pass --take-over for hosts of another cluster or Ray).",
+        )
+
+
+def _argv(folder: Path, host: Host, known_hosts: str | None = None) -> list[str]:
+    from rlinfra.runners import ssh
+
+    # Not interactive: ssh_argv asks for BatchMode.
+    return ssh.ssh_argv(folder, host, known_hosts=known_hosts)
+
+
+def with_take_over(plan: Plan) -> Plan:
+    """The plan with ``ssh.take_over`` on (`up --take-over`), for this run."""
+    import dataclasses
+
+    ssh = section(plan.profile, plan.source)
+    profile = plan.profile.model_copy(update={"ssh": ssh.model_copy(update={"take_over": True})})
+    return dataclasses.replace(plan, profile=profile)
+
+
+# ---------------------------------------------------------------- down
+
+
+def _mount_paths(record: Record) -> list[str]:
+    storage = (record.resolved_profile or {}).get("storage") or []
+    return [str(item["mount_path"]) for item in storage if item.get("mount_path")]
+
+
+def release_script(mounts: list[str], purge: bool) -> str:
+    """What `down` runs on a host (as root): stop rlinfra's processes, unmount its buckets,
+    remove the node contract; with ``purge`` also /opt/rlinfra and rlinfra's system files.
+
+    A process is rlinfra's when its executable or command line lies under /opt/rlinfra, or it
+    runs with the cluster's Ray token (RAY_AUTH_TOKEN_PATH under /opt/rlinfra): Ray's servers
+    and workers and everything the jobs started. `ray stop` is not used: it stops every Ray the
+    host runs, rlinfra's or not."""
+    quoted = " ".join(shlex.quote(m) for m in mounts)
+    contract = " ".join(f"{RLINFRA_ROOT}/{name}" for name in CONTRACT)
+    lines = [
+        "set -u",
+        f"R={RLINFRA_ROOT}",
+        "ours() {",
+        "  for p in /proc/[0-9]*; do",
+        "    pid=${p#/proc/}",
+        '    [ "$pid" = $$ ] && continue',
+        '    case "$(readlink "$p/exe" 2>/dev/null) $(tr "\\0" " " < "$p/cmdline" 2>/dev/null)'
+        ' $(tr "\\0" "\\n" < "$p/environ" 2>/dev/null | grep "^RAY_AUTH_TOKEN_PATH=")" in',
+        '      *"$R/"*) echo "$pid" ;;',
+        "    esac",
+        "  done",
+        "}",
+        "for signal in TERM TERM TERM TERM KILL KILL; do",
+        "  pids=$(ours)",
+        '  [ -n "$pids" ] || break',
+        '  kill -s "$signal" $pids 2>/dev/null || true',
+        "  sleep 1",
+        "done",
+        "left=$(ours)",
+        'if [ -n "$left" ]; then echo "processes left: $left" >&2; exit 1; fi',
+        f"for m in {quoted}; do",
+        '  if mountpoint -q "$m" 2>/dev/null; then umount "$m" 2>/dev/null || umount -l "$m"; fi',
+        "done",
+        f"rm -rf {contract}",
+    ]
+    if purge:
+        lines += [
+            'rm -rf "$R"',
+            f"for f in {' '.join(SYSTEM_FILES)}; do",
+            '  if [ -f "$f" ] && grep -q rlinfra "$f"; then rm -f "$f"; fi',
+            "done",
+            f'for m in {quoted}; do rmdir "$m" 2>/dev/null || true; done',
+        ]
+    lines.append("echo released")
+    return "\n".join(lines) + "\n"
+
+
+def _record_hosts(record: Record) -> list[Host]:
+    """The cluster's hosts: the record's, or (after a `down`) the profile `up` resolved."""
+    if record.hosts:
+        return list(record.hosts)
+    if record.resolved_profile is None:
+        return []
+    from rlinfra.plan import make_plan
+    from rlinfra.profile import profile_from_data
+
+    profile = profile_from_data(record.resolved_profile, "the cluster record", record.cluster)
+    return hosts(make_plan(profile, "the cluster record", record.cluster))
+
+
+def release_lines(record: Record, purge: bool) -> list[str]:
+    mounts = _mount_paths(record)
+    lines = []
+    for host in _record_hosts(record):
+        lines.append(
+            f"  release node {host.name} ({host.ssh_user}@{host.ssh_host}; the machine is kept): "
+            "stop Ray and rlinfra's processes"
+            + (f", unmount {', '.join(mounts)}" if mounts else "")
+            + f", remove the node contract ({', '.join(CONTRACT)} under {RLINFRA_ROOT})"
+        )
+        if purge:
+            lines.append(
+                f"    PURGE on {host.name}: {RLINFRA_ROOT} (venv, tools, caches), "
+                + ", ".join(SYSTEM_FILES)
+                + " (where rlinfra wrote them)"
+                + (f", the empty mount folders {', '.join(mounts)}" if mounts else "")
+            )
+    return lines
+
+
+def release_hosts(folder: Path, record: Record, purge: bool) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlinfra.runners import ssh
+
+    nodes = _record_hosts(record)
+    script = release_script(_mount_paths(record), purge)
+
+    def release(host: Host) -> str | None:
+        command = "sh -s" if host.ssh_user == "root" else "sudo -n sh -s"
+        try:
+            done = ssh_run(folder, host, command, script)
+        except OSError as exc:
+            return f"{host.name}: {exc}"
+        if done[0] != 0 or "released" not in done[1]:
+            detail = (done[2].strip().splitlines() or ["no output"])[-1]
+            return f"{host.name}: {detail} (exit {done[0]})"
+        return None
+
+    def ssh_run(folder: Path, host: Host, command: str, text: str) -> tuple[int, str, str]:
+        import subprocess
+
+        argv = [*ssh.ssh_argv(folder, host), command]
+        try:
+            result = subprocess.run(
+                argv, input=text, capture_output=True, text=True, timeout=180, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return 124, "", "no answer within 180 s"
+        return result.returncode, result.stdout, result.stderr
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
+        failed = [line for line in pool.map(release, nodes) if line]
+    if failed:
+        raise OperationError(
+            f"could not release {len(failed)} of {len(nodes)} host(s): {failed[0]}"
+            + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""),
+            "Fix the host and run `down` again; the cluster record is kept until it succeeds.",
+        )
+
+
+class SshCloud(Cloud):
+    """Existing machines over SSH; local buckets when they share this machine's files."""
+
+    name = "ssh"
+    roots = ROOTS
+
+    def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
+        return site(profile, source, cluster)
+
+    def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
+        return tfvars(plan, ctx)
+
+    def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
+        return ansible_vars(plan, ctx)
+
+    def check_inputs(self, plan: Plan) -> None:
+        for host in hosts(plan):
+            if host.ssh_key and not os.path.isfile(host.ssh_key):
+                raise UsageError(
+                    f"{plan.source}: ssh: identity file {host.ssh_key} of {host.name} does not exist"
+                )
+
+    def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
+        return None
+
+    def profile_account(self, profile: Profile) -> str | None:
+        # Local buckets are folders of this machine: no account tells them apart.
+        return "ssh"
+
+    def preflight(self, plan: Plan) -> None:
+        self.check_inputs(plan)
+        preflight(plan)
+
+    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
+        raise NotImplementedError("the ssh cloud has no cluster root: see hosts_from_plan")
+
+    def hosts_from_plan(self, plan: Plan, ctx: Context) -> list[Host] | None:
+        return hosts(plan)
+
+    def check_context(self, plan: Plan, ctx: Context) -> None:
+        if section(plan.profile, plan.source).shared_filesystem:
+            local.check_context(plan, ctx)
+
+    def release_lines(self, record: Record, purge: bool) -> list[str]:
+        return release_lines(record, purge)
+
+    def release_hosts(self, folder: Path, record: Record, purge: bool) -> None:
+        release_hosts(folder, record, purge)
+
+
+CLOUD = SshCloud()

@@ -1,0 +1,298 @@
+"""The `ssh` cloud without any host: profile validation, plan and render, the inventory with a
+bastion, and preflight's parsing and judgement of each kind of refusal (from probe text alone)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CliResult, files_under
+from rlinfra.clouds import ssh as ssh_cloud
+from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, judge, parse_probe
+from rlinfra.plan import make_plan
+from rlinfra.profile import profile_from_data
+
+Cli = Callable[..., CliResult]
+
+BASE = {
+    "cloud": "ssh",
+    "ssh": {
+        "identity_file": "/keys/id",
+        "hosts": [
+            {"name": "gpu-a", "address": "192.0.2.10"},
+            {"name": "gpu-b", "address": "gpu-b.internal", "private_address": "10.0.0.11"},
+        ],
+    },
+}
+
+
+def write(tmp_path: Path, data: dict[str, object]) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def usage_line(result: CliResult) -> str:
+    assert result.code == 2, (result.code, result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, result.err
+    return lines[0]
+
+
+def test_every_host_is_a_node_head_first_and_named() -> None:
+    data = {**BASE, "ssh": {**BASE["ssh"], "head": "gpu-b"}}  # type: ignore[dict-item]
+    profile = profile_from_data(data, "p.yaml", "mine")
+    assert profile.resources.num_nodes == 2
+    plan = make_plan(profile, "p.yaml")
+    assert [(n.name, n.role) for n in plan.nodes] == [("gpu-b", "head"), ("gpu-a", "worker")]
+    assert plan.nodes[0].where == "root@gpu-b.internal, cluster address 10.0.0.11"
+    hosts = ssh_cloud.hosts(plan)
+    assert [(h.ssh_host, h.private_ip, h.ssh_key) for h in hosts] == [
+        ("gpu-b.internal", "10.0.0.11", "/keys/id"),
+        ("192.0.2.10", "192.0.2.10", "/keys/id"),
+    ]
+    # -n 1 takes the head alone.
+    one = make_plan(profile_from_data({**data, "resources": {"num_nodes": 1}}, "p", "m"), "p")
+    assert [n.name for n in one.nodes] == ["gpu-b"]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"ssh": None}, ["p.yaml", "cloud ssh needs an `ssh:` section"]),
+        ({"ssh": {"hosts": []}}, ["ssh.hosts", "at least one host"]),
+        (
+            {"ssh": {"hosts": [{"address": "10.0.0.1", "prot": 22}]}},
+            ["ssh.hosts[0].prot", "'port'"],
+        ),
+        ({"ssh": {"hosts": [{"address": "10.0.0.1", "port": 0}]}}, ["ssh.hosts[0].port", "range"]),
+        ({"ssh": {"hosts": [{"address": "db.lan"}]}}, ["ssh.hosts[0]", "private_address"]),
+        (
+            {"ssh": {"hosts": [{"address": "10.0.0.1"}], "head": "x"}},
+            ["ssh", "head 'x' is not a host name"],
+        ),
+        (
+            {"ssh": {"hosts": [{"address": "10.0.0.1"}, {"address": "10.0.0.1"}]}},
+            ["ssh.hosts", "repeats hosts[0]"],
+        ),
+        (
+            {"ssh": {"hosts": [{"address": "10.0.0.1"}], "jump": {"address": "b", "user": "A B"}}},
+            ["ssh.jump.user", "not a user name"],
+        ),
+        (
+            {"ssh": {"hosts": [{"address": "10.0.0.1"}], "agent": True, "identity_file": "k"}},
+            ["ssh", "identity_file or agent"],
+        ),
+        ({"resources": {"num_nodes": 3}}, ["resources.num_nodes 3", "2 host(s)"]),
+        ({"cloud": "local"}, ["ssh is for cloud ssh only"]),
+        ({"resources": {"accelerators": ["H100:8", "A100:8"]}}, ["resources.accelerators"]),
+        (
+            {"storage": [{"bucket": "ckpt-bucket", "mount_path": "/checkpoints"}]},
+            ["storage", "ssh.shared_filesystem"],
+        ),
+    ],
+)
+def test_bad_ssh_profiles_are_one_line_exit_2(
+    cli: Cli, home: Path, tmp_path: Path, change: dict[str, object], fragments: list[str]
+) -> None:
+    data = {**BASE, **change}
+    if data.get("ssh") is None:
+        data.pop("ssh")
+    path = write(tmp_path, data)
+    for command in ("validate", "plan"):
+        line = usage_line(cli(command, "-p", str(path)))
+        for fragment in fragments:
+            assert fragment in line, (fragment, line)
+    assert files_under(home) == []
+
+
+def test_plan_shows_the_hosts_without_prices_or_terraform(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    data = {**BASE, "ssh": {**BASE["ssh"], "jump": {"address": "bastion.example", "user": "ops"}}}  # type: ignore[dict-item]
+    path = write(tmp_path, data)
+    shown = cli("plan", "-p", str(path))
+    assert shown.code == 0, shown.err
+    assert "+ node gpu-a (head, root@192.0.2.10, via ops@bastion.example)" in shown.out
+    assert "candidates" not in shown.out and "USD" not in shown.out
+    summary = json.loads(cli("plan", "-p", str(path), "--json").out)
+    assert summary["cloud"] == "ssh" and summary["candidates"] == []
+    assert [n["name"] for n in summary["nodes"]] == ["gpu-a", "gpu-b"]
+    out = tmp_path / "review"
+    assert cli("render", "-p", str(path), "--out", str(out)).code == 0
+    assert not (out / "terraform").exists()
+    assert files_under(home) == []
+
+
+def test_inventory_goes_through_the_bastion_with_each_hosts_key_and_port(tmp_path: Path) -> None:
+    from rlinfra.context import Context, Controller
+    from rlinfra.render import render_inventory
+
+    data = {
+        "cloud": "ssh",
+        "ssh": {
+            "user": "ubuntu",
+            "agent": True,
+            "jump": {"address": "203.0.113.5", "user": "ops", "identity_file": "/keys/bastion"},
+            "hosts": [
+                {"address": "10.1.0.5", "port": 2222, "identity_file": "/keys/a"},
+                {"address": "10.1.0.6", "user": "root"},
+            ],
+        },
+    }
+    plan = make_plan(profile_from_data(data, "p.yaml", "edge"), "p.yaml")
+    ctx = Context(tmp_path, tmp_path, tmp_path, "", "t", Controller("uv", "python3", None))
+    inventory = yaml.safe_load(render_inventory(plan, ssh_cloud.hosts(plan), ctx))
+    groups = inventory["all"]["children"]["rlinfra_nodes"]["children"]
+    head = groups["rlinfra_head"]["hosts"]["edge-0"]
+    worker = groups["rlinfra_workers"]["hosts"]["edge-1"]
+    assert head["ansible_port"] == 2222 and head["ansible_ssh_private_key_file"] == "/keys/a"
+    assert head["ansible_become"] is True  # ubuntu: passwordless sudo
+    assert "ansible_ssh_private_key_file" not in worker  # the agent
+    assert "ansible_become" not in worker and "ansible_port" not in worker
+    for hostvars in (head, worker):
+        args = shlex.split(hostvars["ansible_ssh_common_args"])
+        assert args[0] == "-o" and args[1].startswith("ProxyCommand=")
+        proxy = shlex.split(args[1].removeprefix("ProxyCommand="))
+        assert proxy[-3:] == ["-W", "%h:%p", "ops@203.0.113.5"]
+        assert proxy[proxy.index("-i") + 1] == "/keys/bastion"
+
+
+# ---------------------------------------------------------------- preflight
+
+GOOD = """uid=0
+sudo=root
+os=ubuntu
+os_like=debian
+os_version=22.04
+python=3.11
+disk_free_kb=104857600
+gpus=none
+listening=22 53
+contract=
+installed=
+ray=
+clock={clock}
+probe=done
+"""
+
+EXPECT = Expect(
+    cluster="mine",
+    gpus_per_node=0,
+    min_free_gb=10,
+    max_clock_skew_s=5,
+    ports=(6379, 8265, 10001, 52365),
+    head_ports=(9090,),
+    system_python=True,
+)
+
+
+def problems(text: str, expect: Expect = EXPECT, head: bool = True) -> list[str]:
+    now = 1_000_000.0
+    return judge(
+        parse_probe(text.replace("{clock}", str(now))), expect, head, now, now + 1
+    ).problems
+
+
+def test_a_good_host_passes_and_its_facts_parse() -> None:
+    facts = parse_probe(GOOD.replace("{clock}", "12.5"))
+    assert facts.python == (3, 11) and facts.gpus == 0 and facts.disk_free_gb == 100.0
+    assert facts.listening == {22, 53} and facts.clock == 12.5 and facts.complete
+    assert problems(GOOD) == []
+
+
+CONTRACT = json.dumps({"RLINFRA_CLUSTER_INFO": json.dumps({"cluster": "other", "cloud": "ssh"})})
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        ({"uid": "1000", "sudo": "no"}, "not root and no passwordless sudo"),
+        ({"os": "centos", "os_like": "rhel fedora"}, "OS centos"),
+        ({"python": "3.9"}, "python3 is 3.9, needs 3.10"),
+        ({"python": "none"}, "no python3"),
+        ({"disk_free_kb": "1048576"}, "1.0 GB free under /opt, needs 10 GB"),
+        ({"gpus": "2"}, None),  # GPUs seen, none declared: a note, not a refusal
+        ({"listening": "22 6379 9090"}, "port(s) 6379, 9090 already in use"),
+        ({"clock": "999990.0"}, "clock 10.0 s behind"),
+        ({"contract": CONTRACT}, "runs rlinfra cluster 'other'"),
+        ({"ray": "raylet:/usr/local/lib/ray/raylet"}, "runs a Ray that rlinfra did not start"),
+        ({"probe": ""}, "the probe did not finish"),
+    ],
+)
+def test_each_kind_of_refusal_is_found(edit: dict[str, str], fragment: str | None) -> None:
+    lines = [line.partition("=") for line in GOOD.splitlines()]
+    text = "\n".join(f"{k}={edit.get(k, v)}" for k, _, v in lines)
+    found = problems(text)
+    if fragment is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and fragment in found[0], found
+
+
+def test_gpu_count_must_match_the_declaration() -> None:
+    expect = Expect(**{**EXPECT.__dict__, "gpus_per_node": 8})
+    assert "0 GPU(s) seen by nvidia-smi, the profile declares 8" in problems(GOOD, expect)[0]
+    assert problems(GOOD.replace("gpus=none", "gpus=8"), expect) == []
+
+
+def test_own_cluster_and_take_over_are_not_refused() -> None:
+    mine = json.dumps({"RLINFRA_CLUSTER_INFO": json.dumps({"cluster": "mine"})})
+    rlinfra_ray = "raylet:/opt/rlinfra/venv/lib/python3.11/site-packages/ray/core/raylet"
+    ours = GOOD.replace("contract=", f"contract={mine}").replace("ray=", f"ray={rlinfra_ray}")
+    # Our own Ray holds the ports: a second `up` converges.
+    assert problems(ours.replace("listening=22 53", "listening=22 6379 8265")) == []
+    theirs = GOOD.replace("contract=", f"contract={CONTRACT}").replace(
+        "ray=", "ray=gcs_server:/usr/bin/gcs_server"
+    )
+    assert len(problems(theirs)) == 2
+    assert problems(theirs, Expect(**{**EXPECT.__dict__, "take_over": True})) == []
+    # Service ports are the head's only.
+    assert problems(GOOD.replace("listening=22 53", "listening=9090"), head=False) == []
+
+
+def test_every_failing_host_is_one_line_and_unreachable_hosts_are_named() -> None:
+    now = 1_000_000.0
+    answers = {
+        0: Answer(GOOD.replace("{clock}", str(now)), now, now + 1),
+        1: Answer("", now, now + 1, "unreachable over SSH (Connection refused)"),
+        2: Answer(
+            GOOD.replace("{clock}", str(now))
+            .replace("python=3.11", "python=3.6")
+            .replace("uid=0\nsudo=root", "uid=5\nsudo=no"),
+            now,
+            now + 1,
+        ),
+    }
+    failing, notes = check_hosts(["a", "b", "c"], answers.__getitem__, EXPECT)
+    assert failing == [
+        "b: unreachable over SSH (Connection refused)",
+        "c: not root and no passwordless sudo (`sudo -n true` fails); python3 is 3.6, needs "
+        "3.10 or newer for software.python: system",
+    ]
+    assert notes == []
+
+
+def test_down_removes_only_rlinfras_files() -> None:
+    kept = ssh_cloud.release_script(["/checkpoints"], purge=False)
+    purged = ssh_cloud.release_script(["/checkpoints"], purge=True)
+    removed = [line for line in kept.splitlines() if "rm " in line]
+    assert removed == [
+        "rm -rf /opt/rlinfra/node.env /opt/rlinfra/node.json /opt/rlinfra/converged "
+        "/opt/rlinfra/ray /opt/rlinfra/jobs /opt/rlinfra/run"
+    ]
+    extra = [
+        line.strip()
+        for line in purged.splitlines()
+        if ("rm " in line or "rmdir " in line) and line not in kept
+    ]
+    assert extra == [
+        'rm -rf "$R"',
+        'if [ -f "$f" ] && grep -q rlinfra "$f"; then rm -f "$f"; fi',
+        'for m in /checkpoints; do rmdir "$m" 2>/dev/null || true; done',
+    ]
