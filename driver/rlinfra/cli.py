@@ -661,7 +661,9 @@ def run(
         _run_recovering(cluster, request, the_plan, spec, secrets, json_out)
         return
     submitted = jobs.submit(cluster, spec, secrets)
-    state = jobs.follow(cluster, submitted.submission_id) if follow else "SUBMITTED"
+    state = (
+        jobs.follow(cluster, submitted.submission_id, to_stderr=json_out) if follow else "SUBMITTED"
+    )
     if json_out:
         _print_json({"submission_id": submitted.submission_id, "status": state})
     else:
@@ -689,7 +691,7 @@ def _run_recovering(
     folder, _ = require_cluster(cluster)
 
     def follow(job: str, on_log: Any) -> tuple[str, str]:
-        state = jobs.follow(cluster, job, on_log=on_log)
+        state = jobs.follow(cluster, job, on_log=on_log, to_stderr=json_out)
         return state, jobs.job_logs(cluster, job)
 
     def missing_nodes() -> list[str]:

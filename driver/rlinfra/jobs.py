@@ -219,16 +219,19 @@ def follow(
     poll_s: float = 2.0,
     timeout_s: float | None = None,
     on_log: Callable[[str], None] | None = None,
+    to_stderr: bool = False,
 ) -> str:
     """Print the job's log as it grows until it ends; returns its final state. ``on_log`` is
-    given the whole log each time it grew."""
+    given the whole log each time it grew. ``to_stderr``: the log goes to standard error (the
+    caller prints JSON on standard output)."""
+    console = ui.err if to_stderr else ui.out
     shown = 0
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         state = job_status(cluster, job_id)
         text = job_logs(cluster, job_id)
         if len(text) > shown:
-            ui.out.print(text[shown:], end="", markup=False, highlight=False)
+            console.print(text[shown:], end="", markup=False, highlight=False)
             shown = len(text)
             if on_log is not None:
                 on_log(text)
