@@ -53,15 +53,20 @@ def bench_render(repeat: int) -> dict[str, Any]:
         controller=Controller("/usr/bin/uv", "/usr/bin/python3", None),
     )
     out: dict[str, Any] = {}
-    for nodes in (1, 8, 64):
-        profile, source = load_profile("local")
-        profile, _ = apply_overrides(profile, Overrides(num_nodes=nodes), source)
+    # Per cloud: its built-in profile (h100x2 lists aws and gcp; aws is planned here).
+    for cloud, name in (("local", "local"), ("aws", "h100x2"), ("gcp", "h100x8-gcp")):
+        rows: dict[str, Any] = {}
+        for nodes in (1, 8, 64):
+            profile, source = load_profile(name)
+            overrides = Overrides(num_nodes=nodes, cloud=cloud if cloud == "aws" else None)
+            profile, _ = apply_overrides(profile, overrides, source)
 
-        def once(profile: Any = profile, source: str = source) -> None:
-            render(make_plan(profile, source), ctx)
+            def once(profile: Any = profile, source: str = source) -> None:
+                render(make_plan(profile, source), ctx)
 
-        out[str(nodes)] = timed(once, repeat)
-    out["ratio_64_vs_1"] = out["64"]["median_s"] / out["1"]["median_s"]
+            rows[str(nodes)] = timed(once, repeat)
+        rows["ratio_64_vs_1"] = rows["64"]["median_s"] / rows["1"]["median_s"]
+        out[cloud] = rows
     return out
 
 
@@ -200,15 +205,13 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "## render (pure profile -> files)",
         "",
-        "| nodes | median ms |",
-        "|---|---|",
+        "| cloud | 1 node ms | 8 nodes ms | 64 nodes ms | 64 / 1 |",
+        "|---|---|---|---|---|",
     ]
-    render = results["render"]
-    for nodes in ("1", "8", "64"):
-        lines.append(f"| {nodes} | {render[nodes]['median_s'] * 1e3:.1f} |")
+    for cloud, render in results["render"].items():
+        cells = " | ".join(f"{render[n]['median_s'] * 1e3:.1f}" for n in ("1", "8", "64"))
+        lines.append(f"| {cloud} | {cells} | {render['ratio_64_vs_1']:.2f}x |")
     lines += [
-        "",
-        f"64 nodes / 1 node: {render['ratio_64_vs_1']:.2f}x",
         "",
         f"`rlinfra --help`: {results['help']['median_s'] * 1e3:.0f} ms (median)",
         "",
