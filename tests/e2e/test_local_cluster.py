@@ -638,8 +638,9 @@ def test_ray_stopped_on_a_worker_is_named_by_check_and_healed_by_up(cluster: Clu
 
 def _head_ray_pids(cluster: Cluster) -> str:
     """The head's GCS server and raylet pids (its Ray session)."""
+    # By process name: a pattern on command lines would also match this command's own shell.
     found = cluster.run(
-        "exec", cluster.name, "--node", "0", "--", "pgrep -f 'gcs_server|raylet' | sort"
+        "exec", cluster.name, "--node", "0", "--", "(pgrep -x gcs_server; pgrep -x raylet) | sort"
     )
     return found.stdout.strip()
 
@@ -705,7 +706,7 @@ def test_run_recover_replaces_a_killed_worker_host_and_resumes(cluster: Cluster)
         assert seconds[phase] > 0, seconds
     print(f"recovery: {took:.0f} s from the kill to the end of the run; phases {seconds}")
     # Only the worker was replaced: the head kept its Ray session, the worker its rank.
-    assert _head_ray_pids(cluster) == head_ray
+    assert len(head_ray.split()) == 2 and _head_ray_pids(cluster) == head_ray
     assert int(pid_file.read_text()) != sshd
     rank = cluster.run("exec", cluster.name, "--node", "1", "--", "echo $RLINFRA_NODE_RANK")
     assert rank.stdout.strip() == "1"
