@@ -24,13 +24,13 @@ python3 -m ray.scripts.scripts start --head --num-gpus 1 --include-dashboard=fal
   --disable-usage-stats 2>&1 | tail -3 | tee -a "$OUT/env.txt"
 cd "$ROOT/driver" || exit 1
 T1=$(date +%s)
-timeout 320 python3 -m rlinfra_node.job_runner --spec "$ROOT/.gpurun/job.json" >"$OUT/job.txt" 2>&1
+timeout 300 python3 -m rlinfra_node.job_runner --spec "$ROOT/.gpurun/job.json" >"$OUT/job.txt" 2>&1
 echo "job rc=$? wall=$(( $(date +%s)-T1 ))s" | tee -a "$OUT/job.txt"
 ls /checkpoints /checkpoints/global_step_20 2>&1 | tee -a "$OUT/job.txt"
-timeout 60 python3 "$ROOT/bench/gpu/verl/nan_check.py" /checkpoints/models/qwen2.5-0.5b-shapes >"$OUT/nan_check.txt" 2>&1
+timeout 50 python3 "$ROOT/bench/gpu/verl/nan_check.py" /checkpoints/models/qwen2.5-0.5b-shapes >"$OUT/nan_check.txt" 2>&1
 echo "nan_check rc=$?" >>"$OUT/nan_check.txt"
 T2=$(date +%s)
-timeout 160 python3 -m rlinfra_node.job_runner --spec "$ROOT/.gpurun/job-resume.json" >"$OUT/resume.txt" 2>&1
+timeout 150 python3 -m rlinfra_node.job_runner --spec "$ROOT/.gpurun/job-resume.json" >"$OUT/resume.txt" 2>&1
 echo "resume rc=$? wall=$(( $(date +%s)-T2 ))s" | tee -a "$OUT/resume.txt"
 timeout 40 python3 - >"$OUT/load.txt" 2>&1 <<'PY'
 import os, torch
