@@ -1,0 +1,529 @@
+"""End to end on the `ssh` cloud: machines that exist before rlinfra, reached over SSH.
+
+The test makes its own hosts, not through rlinfra's local cloud: a bridge and three network
+namespaces, each with its own sshd, /opt and /tmp (the local cloud's host script, run directly).
+`n0` and `n1` are the cluster (head and worker); `bastion` is a jump host, and the head accepts
+the test's key only from the bastion's address, so everything that reaches the head (Ansible,
+`exec`, jobs, `status --endpoint`) goes through the bastion. The hosts share this machine's
+files, so the profile sets `ssh.shared_filesystem` (a local bucket, one package cache).
+
+Preflight refusals run first on the fresh hosts (one per kind this machine can make real; the
+others, whose hosts cannot be had here, are unit tests in tests/unit/test_ssh_cloud.py); then one
+cluster is brought up (taking over a worker with a stray Ray) and every later test uses it, down
+to `down` and `down --purge`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RLINFRA = str(BIN / "rlinfra")
+HOST_SH = REPO / "terraform" / "modules" / "local_cluster" / "scripts" / "host.sh"
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for tool in ("terraform", "ssh", "ssh-keygen", "ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    if not Path("/usr/sbin/sshd").exists():
+        return "needs sshd (openssh-server)"
+    return None
+
+
+if _missing():
+    pytest.skip(_missing() or "", allow_module_level=True)
+
+
+@dataclass
+class Node:
+    name: str
+    netns: str
+    veth: str
+    ip: str
+    dir: Path
+
+
+@dataclass
+class Bed:
+    ident: str
+    root: Path
+    home: Path
+    key: Path
+    subnet: str
+    bridge: str
+    nodes: dict[str, Node]
+    env: dict[str, str]
+    cluster: str
+    profile_data: dict[str, object]
+    started: list[int] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return self.home / "clusters" / self.cluster
+
+    @property
+    def mount(self) -> str:
+        return str(self.root / "ckpt")
+
+    def cli(
+        self, *argv: str, check: bool = True, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [RLINFRA, *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"rlinfra {' '.join(argv)} exited {result.returncode}\n{result.stdout}\n"
+                f"{result.stderr}"
+            )
+        return result
+
+    def json(self, *argv: str) -> dict[str, object]:
+        data: dict[str, object] = json.loads(self.cli(*argv, "--json").stdout)
+        return data
+
+    def profile(self, name: str, change: dict[str, object] | None = None) -> Path:
+        """The test's profile, with ``change`` merged into it (one level deep)."""
+        data = json.loads(json.dumps(self.profile_data))
+        for key, value in (change or {}).items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def on(self, node: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a host as the test itself (not through rlinfra)."""
+        target = self.nodes[node]
+        argv = [
+            "ssh",
+            "-i",
+            str(self.key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "ConnectTimeout=5",
+        ]
+        if node == "n0":
+            proxy = [*argv, "-W", "%h:%p", f"root@{self.nodes['bastion'].ip}"]
+            argv += ["-o", "ProxyCommand=" + shlex.join(proxy)]
+        return subprocess.run(
+            [*argv, f"root@{target.ip}", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _host_sh(command: str, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        ["bash", str(HOST_SH), command],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (command, done.stdout, done.stderr)
+
+
+def _free_subnet() -> int:
+    routes = subprocess.run(["ip", "-o", "-4", "route"], capture_output=True, text=True).stdout
+    used = {int(m) for m in re.findall(r"\b10\.213\.(\d+)\.", routes)}
+    for third in range(255, 239, -1):
+        if third not in used:
+            return third
+    pytest.skip("no free test subnet in 10.213.240-255.0/24")
+
+
+def _leftovers(bed: Bed) -> list[str]:
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {n.split()[0]}" for n in netns.splitlines() if f"rs-{bed.ident}-" in n]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [
+        f"link {line.split(':')[1].strip()}"
+        for line in links.splitlines()
+        if f"rsv{bed.ident}" in line or bed.bridge in line
+    ]
+    mounts = Path("/proc/mounts").read_text()
+    found += [f"mount {m.split()[1]}" for m in mounts.splitlines() if str(bed.root) in m]
+    return found
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[Bed]:
+    ident = uuid.uuid4().hex[:6]
+    third = _free_subnet()
+    root = Path(tempfile.mkdtemp(prefix=f"rlinfra-ssh-{ident}-", dir="/var/tmp"))
+    key = root / "id_test"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", str(key)], check=True
+    )
+    public = key.with_suffix(".pub").read_text().strip()
+    bridge = f"rsb-{ident}"
+    nodes = {
+        name: Node(
+            name, f"rs-{ident}-{i}", f"rsv{ident}{i}", f"10.213.{third}.{10 + i}", root / name
+        )
+        for i, name in enumerate(("n0", "n1", "bastion"))
+    }
+    env = dict(os.environ)
+    home = root / "home"
+    env.update(
+        RLINFRA_HOME=str(home),
+        RLINFRA_CACHE=os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"),
+        RLINFRA_QUIET="0",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.pop("TF_CLI_CONFIG_FILE", None)
+    base = yaml.safe_load((REPO / "profiles" / "local.yaml").read_text())
+    mount = str(root / "ckpt")
+    bucket = f"rlinfra-ssh-{ident}"
+    data: dict[str, object] = {
+        **{k: v for k, v in base.items() if k not in ("cloud", "resources", "storage")},
+        "description": "e2e: hosts the test made, over SSH",
+        "cloud": "ssh",
+        "storage": [{"bucket": bucket, "mount_path": mount, "mode": "MOUNT"}],
+        "ssh": {
+            "identity_file": str(key),
+            "shared_filesystem": True,
+            # Each host's /opt is a 4 GiB tmpfs.
+            "min_free_gb": 1,
+            "hosts": [
+                {
+                    "name": "n0",
+                    "address": nodes["n0"].ip,
+                    "jump": {"address": nodes["bastion"].ip},
+                },
+                {"name": "n1", "address": nodes["n1"].ip},
+            ],
+        },
+    }
+    serving = data["serving"]
+    assert isinstance(serving, dict)
+    serving["model"]["model_path"] = f"{mount}/hf_model"
+    handle = Bed(
+        ident, root, home, key, f"10.213.{third}.0/24", bridge, nodes, env, f"ssh-{ident}", data
+    )
+    try:
+        _host_sh(
+            "bridge-create",
+            {
+                "RLINFRA_CLUSTER": handle.cluster,
+                "RLINFRA_BRIDGE": bridge,
+                "RLINFRA_BRIDGE_MAC": f"02:5e:{ident[0:2]}:{ident[2:4]}:{ident[4:6]}:01",
+                "RLINFRA_GATEWAY_CIDR": f"10.213.{third}.1/24",
+                "RLINFRA_SUBNET_CIDR": handle.subnet,
+            },
+        )
+        for i, node in enumerate(nodes.values()):
+            # The head takes the key only from the bastion: this machine reaches it through it.
+            authorized = f'from="{nodes["bastion"].ip}" {public}' if node.name == "n0" else public
+            _host_sh(
+                "node-create",
+                {
+                    "RLINFRA_CLUSTER": handle.cluster,
+                    "RLINFRA_NODE_NAME": node.name,
+                    "RLINFRA_NETNS": node.netns,
+                    "RLINFRA_VETH": node.veth,
+                    "RLINFRA_BRIDGE": bridge,
+                    "RLINFRA_NODE_IP": node.ip,
+                    "RLINFRA_NODE_MAC": f"02:5e:{ident[0:2]}:{ident[2:4]}:{ident[4:6]}:{16 + i:02x}",
+                    "RLINFRA_PREFIX_LEN": "24",
+                    "RLINFRA_GATEWAY": f"10.213.{third}.1",
+                    "RLINFRA_NODE_DIR": str(node.dir),
+                    "RLINFRA_AUTHORIZED_KEY": authorized,
+                },
+            )
+        for name in ("n0", "n1"):
+            # The team's own files on its machines, which rlinfra must never touch.
+            done = handle.on(name, "mkdir -p /opt/team && echo precious > /opt/team/keep.txt")
+            assert done.returncode == 0, done.stderr
+        yield handle
+    finally:
+        if (handle.folder / "record.json").is_file():
+            handle.cli("down", handle.cluster, "--yes", "--delete-buckets", check=False)
+        for node in nodes.values():
+            _host_sh(
+                "node-destroy",
+                {
+                    "RLINFRA_NETNS": node.netns,
+                    "RLINFRA_VETH": node.veth,
+                    "RLINFRA_NODE_DIR": str(node.dir),
+                },
+            )
+        _host_sh("bridge-destroy", {"RLINFRA_BRIDGE": bridge})
+        left = _leftovers(handle)
+        if not left:
+            shutil.rmtree(root, ignore_errors=True)
+        assert not left, left
+
+
+def _opt(bed: Bed) -> dict[str, str]:
+    """What each cluster host has under /opt (the test's own folder only, before `up`)."""
+    out = {}
+    for name in ("n0", "n1"):
+        done = bed.on(name, "cd /opt && find . -mindepth 1 -maxdepth 2 | sort | tr '\\n' ' '")
+        assert done.returncode == 0, done.stderr
+        out[name] = done.stdout.strip()
+    return out
+
+
+FRESH = "./team ./team/keep.txt"
+
+
+def _refused(bed: Bed, profile: Path, host: str, fragment: str, *flags: str) -> None:
+    started = time.monotonic()
+    result = bed.cli("up", "-p", str(profile), "-c", bed.cluster, "--yes", *flags, check=False)
+    took = time.monotonic() - started
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "preflight refused 1 of" in errors[0], result.stderr
+    assert "nothing was changed" in errors[0]
+    lines = [
+        line.strip() for line in result.stderr.splitlines() if line.strip().startswith(f"{host}:")
+    ]
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    # Nothing changed: no deployment folder here, nothing of rlinfra's on any host.
+    assert not bed.folder.exists()
+    assert took < 60, took
+
+
+def test_preflight_refuses_an_unreachable_host(bed: Bed) -> None:
+    ssh = dict(bed.profile_data["ssh"])  # type: ignore[call-overload]
+    ssh["hosts"] = [*ssh["hosts"], {"name": "gone", "address": bed.subnet.replace(".0/24", ".99")}]
+    _refused(bed, bed.profile("unreachable", {"ssh": ssh}), "gone", "unreachable over SSH")
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
+
+
+def test_preflight_refuses_too_little_disk(bed: Bed) -> None:
+    profile = bed.profile("disk", {"ssh": {"min_free_gb": 100000}})
+    result = bed.cli("up", "-p", str(profile), "-c", bed.cluster, "--yes", check=False)
+    assert result.returncode == 2, result.stderr
+    # Both hosts fail, each on one line.
+    assert "preflight refused 2 of 2 host(s)" in result.stderr
+    for host in ("n0", "n1"):
+        line = [s.strip() for s in result.stderr.splitlines() if s.strip().startswith(f"{host}:")]
+        assert len(line) == 1 and "needs 100000 GB (ssh.min_free_gb)" in line[0], result.stderr
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH} and not bed.folder.exists()
+
+
+def test_preflight_refuses_a_gpu_count_it_does_not_see(bed: Bed) -> None:
+    profile = bed.profile(
+        "gpus", {"resources": {"accelerators": "H100:1"}, "workload": None, "serving": None}
+    )
+    result = bed.cli("up", "-p", str(profile), "-c", bed.cluster, "--yes", check=False)
+    assert result.returncode == 2, result.stderr
+    assert "0 GPU(s) seen by nvidia-smi, the profile declares 1 per node" in result.stderr
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH} and not bed.folder.exists()
+
+
+def test_preflight_refuses_a_port_in_use(bed: Bed) -> None:
+    listener = (
+        "nohup python3 -c 'import socket, time; s = socket.socket(); "
+        's.bind(("0.0.0.0", 6379)); s.listen(); time.sleep(600)\' >/dev/null 2>&1 & echo $!'
+    )
+    pid = bed.on("n1", listener).stdout.strip()
+    try:
+        time.sleep(0.5)
+        _refused(bed, bed.profile("main"), "n1", "port(s) 6379 already in use")
+    finally:
+        bed.on("n1", f"kill {pid}")
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
+
+
+def test_preflight_refuses_a_host_of_another_rlinfra_cluster(bed: Bed) -> None:
+    info = json.dumps({"cluster": "someone-else", "cloud": "ssh"})
+    contract = json.dumps({"RLINFRA_CLUSTER_INFO": info})
+    assert (
+        bed.on(
+            "n1", f"mkdir -p /opt/rlinfra && printf '%s\\n' '{contract}' > /opt/rlinfra/node.json"
+        ).returncode
+        == 0
+    )
+    try:
+        _refused(bed, bed.profile("main"), "n1", "runs rlinfra cluster 'someone-else'")
+        assert _opt(bed)["n1"] == f"./rlinfra ./rlinfra/node.json {FRESH}"
+    finally:
+        bed.on("n1", "rm -rf /opt/rlinfra")
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
+
+
+def test_preflight_refuses_a_ray_that_rlinfra_did_not_start(bed: Bed) -> None:
+    """A raylet that is not rlinfra's stays refused until `up --take-over` (the next test)."""
+    started = bed.on(
+        "n1", "cp /bin/sleep /tmp/raylet && (nohup /tmp/raylet 900 >/dev/null 2>&1 & echo $!)"
+    )
+    assert started.returncode == 0, started.stderr
+    _refused(bed, bed.profile("main"), "n1", "runs a Ray that rlinfra did not start (/tmp/raylet)")
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
+
+
+# The local profile's data: 36 training rows in batches of 8 (Verl drops the last, short one).
+STEPS_PER_EPOCH = 4
+
+
+def test_up_takes_over_then_checks_and_runs_the_job(bed: Bed) -> None:
+    """`up --take-over` on the two hosts (head through the bastion): Ansible's roles, Ray, the
+    all-reduce check, then the local profile's Verl job to its end."""
+    started = time.monotonic()
+    result = bed.json(
+        "up", "-p", str(bed.profile("main")), "-c", bed.cluster, "--yes", "--take-over"
+    )
+    took = time.monotonic() - started
+    nodes = result["nodes"]
+    assert isinstance(nodes, list) and [n["name"] for n in nodes] == ["n0", "n1"]
+    assert nodes[0]["ssh_proxy"] and not nodes[1]["ssh_proxy"]
+    check = result["check"]
+    assert isinstance(check, dict) and check["world_size"] == 2
+    assert result["job"]
+    print(f"up (2 hosts, take-over, warm cache) took {took:.1f} s")
+    again = bed.json("check", bed.cluster)
+    assert again["world_size"] == 2
+    follow = bed.cli("logs", bed.cluster, "--follow", timeout=1500)
+    log = follow.stdout
+    for step in range(1, STEPS_PER_EPOCH + 1):
+        assert re.search(rf"step:{step} - ", log), (step, log[-4000:])
+    assert "job_runner: merge done" in log, log[-4000:]
+    ips = [bed.nodes["n0"].ip, bed.nodes["n1"].ip]
+    placed = set(re.findall(r"verl_cpu: rank \d of 2 joined over gloo on node (\S+)", log))
+    assert placed >= set(ips), (placed, ips)
+    bucket = bed.home / "buckets" / f"rlinfra-ssh-{bed.ident}"
+    assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+
+
+def test_exec_reaches_the_head_only_through_the_bastion(bed: Bed) -> None:
+    direct = subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(bed.key),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "ConnectTimeout=5",
+            f"root@{bed.nodes['n0'].ip}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert direct.returncode != 0  # the head refuses this machine's direct login
+    out = bed.cli(
+        "exec", bed.cluster, "--all", "--", "echo rank=$RLINFRA_NODE_RANK ip=$(hostname -I)"
+    )
+    assert re.findall(r"rank=(\d) ip=(\S+)", out.stdout) == [
+        ("0", bed.nodes["n0"].ip),
+        ("1", bed.nodes["n1"].ip),
+    ], out.stdout
+
+
+def test_status_and_endpoints_through_the_bastion(bed: Bed) -> None:
+    state = bed.json("status", bed.cluster)
+    assert state["stage"] == "ready" and state["cloud"] == "ssh"
+    ray = state["ray"]
+    assert isinstance(ray, dict) and ray["alive_nodes"] == 2 and ray["missing_nodes"] == []
+    jobs = state["jobs"]
+    assert isinstance(jobs, list) and jobs[-1]["status"] == "SUCCEEDED", jobs
+    dashboard = bed.json("status", bed.cluster, "--endpoint", "8265")
+    assert dashboard["via"] == "ssh-tunnel"
+    token = Path(str(dashboard["ray_token_file"])).read_text().strip()
+    request = urllib.request.Request(
+        f"{dashboard['url']}/api/version", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+    model = bed.json("status", bed.cluster, "--endpoint", "9090")
+    assert model["via"] == "ssh-tunnel"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{model['url']}/v1/models", timeout=10) as answer:
+                assert answer.status == 200
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+RLINFRA_PROCESSES = (
+    "ps -eo args= | grep -E '/opt/rlinfra|raylet|gcs_server|ray::' | grep -v grep || true"
+)
+
+
+def test_down_leaves_the_machines_without_rlinfras_processes(bed: Bed) -> None:
+    shown = bed.cli("down", bed.cluster, "--yes")
+    assert "release node n0" in shown.stdout and "the machine is kept" in shown.stdout
+    assert "destroy node" not in shown.stdout
+    for name in ("n0", "n1"):
+        alive = bed.on(name, "echo alive")
+        assert alive.stdout.strip() == "alive", alive.stderr
+        left = bed.on(name, RLINFRA_PROCESSES)
+        assert left.stdout.strip() == "", (name, left.stdout)
+        files = bed.on(name, "ls -A /opt/rlinfra; cat /opt/team/keep.txt")
+        assert "node.env" not in files.stdout and "node.json" not in files.stdout
+        assert "venv" in files.stdout and "precious" in files.stdout
+        mounted = bed.on(name, f"mountpoint -q {bed.mount} && echo mounted || echo none")
+        assert mounted.stdout.strip() == "none"
+    record = json.loads((bed.folder / "record.json").read_text())
+    assert record["stage"] == "down"  # the bucket is kept, and with it the record
+
+
+def test_down_purge_removes_what_rlinfra_installed_and_nothing_else(bed: Bed) -> None:
+    shown = bed.cli("down", bed.cluster, "--yes", "--purge")
+    assert "PURGE on n0: /opt/rlinfra" in shown.stdout, shown.stdout
+    for name in ("n0", "n1"):
+        assert bed.on(name, "echo alive").stdout.strip() == "alive"
+        assert bed.on(name, RLINFRA_PROCESSES).stdout.strip() == ""
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
+    assert bed.on("n1", "cat /opt/team/keep.txt").stdout.strip() == "precious"
+    # The bucket (this machine's folder) is kept until --delete-buckets.
+    assert (bed.home / "buckets" / f"rlinfra-ssh-{bed.ident}").is_dir()
+    bed.cli("down", bed.cluster, "--yes", "--delete-buckets")
+    assert not bed.folder.exists()
