@@ -707,7 +707,8 @@ def _run_recovering(
 
     def checkpoint_step() -> int | None:
         _, record = require_cluster(cluster)
-        return training_progress(folder, record.hosts[0], [])["checkpoint_step"]
+        step = training_progress(folder, record.hosts[0], [])["checkpoint_step"]
+        return None if step is None else int(step)
 
     def record(entry: dict[str, Any]) -> None:
         _, current = require_cluster(cluster)

@@ -93,7 +93,9 @@ def run_with_recovery(ops: Ops, max_attempts: int) -> Outcome:
             current["resubmitted"] = job
             ops.record(current)
 
-        def watch(log: str, entry: dict[str, Any] | None = current, since: float = submitted_at):
+        def watch(
+            log: str, entry: dict[str, Any] | None = current, since: float = submitted_at
+        ) -> None:
             if entry is None or "verl_restart" in entry["seconds"] or not STEP_RE.search(log):
                 return
             restart = ops.clock() - since
