@@ -492,6 +492,14 @@ def test_status_and_endpoints_through_the_bastion(bed: Bed) -> None:
             time.sleep(2)
 
 
+def test_second_up_passes_preflight_and_changes_nothing(bed: Bed) -> None:
+    """The cluster's own Ray holds its ports and its contract names it: preflight lets `up`
+    converge, and the unchanged nodes verify instead of running Ansible."""
+    result = bed.json("up", "-p", str(bed.profile("main")), "-c", bed.cluster, "--yes", "--no-run")
+    assert result["configured"] == "verified", result
+    assert result["ansible_changed"] == 0
+
+
 RLINFRA_PROCESSES = (
     "ps -eo args= | grep -E '/opt/rlinfra|raylet|gcs_server|ray::' | grep -v grep || true"
 )

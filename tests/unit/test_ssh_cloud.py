@@ -296,3 +296,29 @@ def test_down_removes_only_rlinfras_files() -> None:
         'if [ -f "$f" ] && grep -q rlinfra "$f"; then rm -f "$f"; fi',
         'for m in /checkpoints; do rmdir "$m" 2>/dev/null || true; done',
     ]
+
+
+def test_the_probe_reads_a_node_contract_as_the_node_env_role_writes_it(tmp_path: Path) -> None:
+    """The probe itself, run by sh on this machine with /opt/rlinfra moved to a folder of the
+    test's: a contract whose values hold JSON escapes (newlines between IPs, quotes) is read."""
+    import subprocess
+
+    from rlinfra.clouds.ssh_preflight import PROBE
+
+    (tmp_path / "node.json").write_text(
+        json.dumps(
+            {
+                "RLINFRA_NODE_IPS": "10.0.0.1\n10.0.0.2",
+                "RLINFRA_CLUSTER_INFO": json.dumps({"cluster": "mine", "cloud": "ssh"}),
+            },
+            indent=4,
+        )
+        + "\n"
+    )
+    script = PROBE.replace("/opt/rlinfra", str(tmp_path))
+    done = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, timeout=60)
+    facts = parse_probe(done.stdout)
+    assert facts.complete, done.stdout
+    assert facts.contract_cluster == "mine"
+    assert facts.installed == ("node.json",)
+    assert facts.clock is not None and facts.disk_free_gb is not None
