@@ -101,8 +101,9 @@ def _patch_attention() -> None:
 def attend_somewhere(mask: Any) -> Any:
     """A boolean attention mask (True: attend) whose fully masked query rows attend to every key
     instead. Those rows are left-padding positions: their outputs never reach a loss, but a row
-    with nothing to attend to makes CUDA's fused attention kernels return NaN gradients, and
-    ``0 * NaN`` carries them into every weight. transformers did this for torch < 2.5 only."""
+    with nothing to attend to makes cuDNN's attention kernel (torch's pick for sdpa on H100/H200)
+    return NaN gradients, and ``0 * NaN`` carries them into every weight (bench/gpu/verl). The
+    memory-efficient and math kernels stay finite. transformers did this for torch < 2.5 only."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         return mask
     return mask | ~mask.any(dim=-1, keepdim=True)
@@ -111,8 +112,8 @@ def attend_somewhere(mask: Any) -> Any:
 def _patch_sdpa_mask() -> None:
     """Verl's padded forward (``use_remove_padding=false``) left-pads every prompt to
     ``data.max_prompt_length``, so with ``sdpa`` the padding rows attend to nothing. On an H200
-    (torch 2.11, CUDA 13) the forward was finite but every actor and critic gradient norm was NaN,
-    so no optimizer step was taken: the sdpa mask is given ``attend_somewhere``."""
+    and an H100 (torch 2.11, CUDA 13) the forward was finite but every actor and critic gradient
+    norm was NaN, so no optimizer step was taken: the sdpa mask is given ``attend_somewhere``."""
     try:
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
     except ImportError:  # a transformers without mask interfaces builds its masks elsewhere
