@@ -8,7 +8,7 @@ the test's key only from the bastion's address, so everything that reaches the h
 files, so the profile sets `ssh.shared_filesystem` (a local bucket, one package cache).
 
 Preflight refusals run first on the fresh hosts (one per kind this machine can make real; the
-others, whose hosts cannot be had here, are unit tests in tests/unit/test_ssh_cloud.py); then one
+others, whose hosts cannot be had here, are unit tests in tests/unit/test_ssh_profile.py); then one
 cluster is brought up (taking over a worker with a stray Ray) and every later test uses it, down
 to `down` and `down --purge`.
 """
