@@ -84,17 +84,8 @@ test-ansible: deps ## Ansible roles: lint, real runs against namespaced hosts, i
 test-e2e: deps ## End to end: rlinfra up/status/check/exec/down on 2 local hosts
 	$(PYTEST) tests/e2e -q
 
-# tests/terraform waits mostly on Terraform's providers (a bucket's settings alone take 55 s to
-# settle), so it runs beside the other tests; its output follows theirs.
-test: deps lint ## Set up and run every test (the slowest are listed at the end)
-	@tf_log=$$(mktemp); \
-	$(PYTEST) tests/terraform -q --durations=10 >"$$tf_log" 2>&1 & tf=$$!; \
-	trap 'kill $$tf 2>/dev/null; rm -f "$$tf_log"' EXIT; \
-	$(PYTEST) tests -q --durations=25 --ignore=tests/terraform; rest=$$?; \
-	wait $$tf; tf_rc=$$?; \
-	echo "======== tests/terraform (ran beside the other tests) ========"; cat "$$tf_log"; \
-	echo "tests/terraform: exit $$tf_rc; the other tests: exit $$rest"; \
-	[ $$rest -eq 0 ] && [ $$tf_rc -eq 0 ]
+test: deps lint ## Set up and run every test (the 25 slowest are listed at the end)
+	$(PYTEST) tests -q --durations=25
 
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
