@@ -944,10 +944,12 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
         if out["ray"].get("reachable") and record.stage == Stage.READY and record.jobs:
             from rlinfra import jobs
 
+            # A command at work on the cluster (an `up`) may change its stage meanwhile: the
+            # jobs are then not readable, and status says so instead of failing.
             try:
                 out["jobs"] = jobs.list_jobs(record.cluster or cluster)
-            except (OperationError, subprocess.TimeoutExpired) as exc:
-                out["jobs_error"] = str(exc)
+            except (OperationError, UsageError, subprocess.TimeoutExpired) as exc:
+                out["jobs_error"] = exc.message if isinstance(exc, UsageError) else str(exc)
             out["progress"] = training_progress(folder, hosts[0], out.get("jobs") or [])
     return out
 
@@ -975,7 +977,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
             steps = re.findall(r"(?m)\bstep:(\d+) - ", jobs.job_logs(folder.name, latest))
             out["job_step"] = int(steps[-1]) if steps else None
             out["job"] = latest
-        except (OperationError, subprocess.TimeoutExpired):
+        except (OperationError, UsageError, subprocess.TimeoutExpired):
             pass
     command = shlex.join(
         [
