@@ -99,6 +99,15 @@ def test_the_hook_override_is_added_once() -> None:
     assert hook_override([], {RAY_JOB_CONFIG_ENV: json.dumps(job)}) == []
 
 
+def test_the_setup_hook_is_a_function_ray_can_import() -> None:
+    """Ray's worker_process_setup_hook is "module.function": the module imports and the
+    function is there (a module of that name is not what Ray looks for)."""
+    import importlib
+
+    module, _, function = SETUP_HOOK.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), function))
+
+
 def test_the_notice_folder_reaches_the_workers_once() -> None:
     key = "ray_kwargs.ray_init.runtime_env.env_vars.RLINFRA_NOTICE_DIR"
     assert notice_override([], {}) == []
