@@ -265,21 +265,10 @@ def plan(
     ] = False,
 ) -> None:
     """Show what `up` would build and what it costs, without building anything."""
+    args = (profile, cluster, num_nodes, env, secret, accelerators, allow_cidr)
     if detailed_exitcode:
         try:
-            changes = _plan(
-                profile,
-                cluster,
-                num_nodes,
-                env,
-                secret,
-                accelerators,
-                allow_cidr,
-                True,
-                out,
-                json_out,
-                cloud,
-            )
+            changes = _plan(*args, True, out, json_out, cloud)
         except RlinfraError as exc:
             ui.err.print(_error_line(exc), style="red", soft_wrap=True)
             raise typer.Exit(1) from exc
@@ -289,19 +278,7 @@ def plan(
             ui.err.print(f"Error: {exc}", style="red", soft_wrap=True)
             raise typer.Exit(1) from exc
         raise typer.Exit(2 if changes else 0)
-    _plan(
-        profile,
-        cluster,
-        num_nodes,
-        env,
-        secret,
-        accelerators,
-        allow_cidr,
-        terraform,
-        out,
-        json_out,
-        cloud,
-    )
+    _plan(*args, terraform, out, json_out, cloud)
 
 
 def _plan(
@@ -691,8 +668,15 @@ def _run_recovering(
     folder, _ = require_cluster(cluster)
 
     def follow(job: str, on_log: Any) -> tuple[str, str]:
-        state = jobs.follow(cluster, job, on_log=on_log, to_stderr=json_out)
-        return state, jobs.job_logs(cluster, job)
+        # The log as follow last read it: no second fetch at the end.
+        seen = [""]
+
+        def keep(text: str) -> None:
+            seen[0] = text
+            on_log(text)
+
+        state = jobs.follow(cluster, job, on_log=keep, to_stderr=json_out)
+        return state, seen[0]
 
     def missing_nodes() -> list[str]:
         _, record = require_cluster(cluster)
