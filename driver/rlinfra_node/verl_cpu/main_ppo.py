@@ -1,13 +1,13 @@
 """Run Verl 0.6.0's ``main_ppo`` in CPU mode: ``python -m rlinfra_node.verl_cpu.main_ppo [overrides]``.
 
-The overrides are Hydra's, as for ``python -m verl.trainer.main_ppo``; give the CPU ones too
-(the function ``cpu_overrides`` of ``rlinfra_node.verl_cpu``). This process applies the patches
-itself, then adds ``++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=<SETUP_HOOK>``:
-Verl's ``run_ppo`` passes that runtime env to ``ray.init`` (merged by Ray with a submitted job's own), so the
-TaskRunner and every worker process import the hook and patch themselves before they load Verl's
-worker classes. Workers must be able to import ``rlinfra_node``: a job's ``working_dir``, or the
-``PYTHONPATH`` a local Ray inherits from this process. ``RLINFRA_NOTICE_DIR`` (where spot nodes'
-preemption notices are) reaches the workers the same way (``notice_override``).
+The overrides are Hydra's, as for ``python -m verl.trainer.main_ppo``; give the CPU ones too (the
+function ``cpu_overrides`` of ``rlinfra_node.verl_cpu``). This process applies the patches itself,
+then adds ``++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=<SETUP_HOOK>``: Verl's
+``run_ppo`` passes that runtime env to ``ray.init`` (merged by Ray with a submitted job's own), so
+the TaskRunner and every worker process import the hook and patch themselves before they load
+Verl's worker classes. Workers must be able to import ``rlinfra_node``: a job's ``working_dir``, or
+the ``PYTHONPATH`` a local Ray inherits from this process. ``RLINFRA_NOTICE_DIR`` (where spot
+nodes' preemption notices are) reaches the workers the same way (``notice_override``).
 
 Exit codes: Verl's; 2 when the installed Verl is not the supported release.
 """
