@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated, Any
@@ -823,12 +824,15 @@ def status(
         )
     for job in state.get("jobs") or []:
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
-    from rlinfra.recovery import describe
+    from rlinfra.recovery import describe, describe_notice
 
     for entry in state.get("recoveries") or []:
         ui.out.print(f"  {describe(entry)}")
     progress = state.get("progress")
     if progress:
+        now = time.time()
+        for notice in progress.get("notices") or []:
+            ui.out.print(f"  {describe_notice(notice, now)}")
 
         def shown(value: Any) -> str:
             return "none" if value is None else str(value)

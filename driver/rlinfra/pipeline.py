@@ -955,8 +955,9 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
 
 
 def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) -> dict[str, Any]:
-    """The latest job's last Verl step (from its log), the last checkpoint in the bucket and the
-    served model's step (rlinfra_node.progress on the head)."""
+    """The latest job's last Verl step (from its log), the last checkpoint in the bucket, the
+    served model's step and the spot nodes' preemption notices (rlinfra_node.progress on the
+    head)."""
     import re
     import shlex
 
@@ -970,7 +971,16 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
         spec = {}
     record = read_record(folder)
     port = next((s["port"] for s in (record.services if record else []) if s["name"] == "model"), 0)
-    out: dict[str, Any] = {"job_step": None, "checkpoint_step": None, "served_step": None}
+    out: dict[str, Any] = {
+        "job_step": None,
+        "checkpoint_step": None,
+        "served_step": None,
+        "notices": [],
+    }
+    from rlinfra_node.spot_watch import NOTICE_DIR_ENV
+
+    env_vars = spec.get("runtime_env_vars")
+    notice_dir = env_vars.get(NOTICE_DIR_ENV) if isinstance(env_vars, dict) else None
     if job_list:
         latest = str(job_list[-1]["submission_id"])
         try:
@@ -986,6 +996,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
             "-",
             str(spec.get("checkpoint_dir") or ""),
             str(port),
+            str(notice_dir or ""),
         ]
     )
     try:
@@ -995,6 +1006,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
         if result.returncode == 0:
             found = json.loads(result.stdout.strip().splitlines()[-1])
             out.update({k: found.get(k) for k in ("checkpoint_step", "served_step")})
+            out["notices"] = found.get("notices") or []
     except (subprocess.TimeoutExpired, ValueError, IndexError):
         pass
     return out

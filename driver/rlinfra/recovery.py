@@ -179,3 +179,10 @@ def describe(recovery: dict[str, Any]) -> str:
         + (f"; {total:.0f} s" if isinstance(total, int | float) else "")
         + (f" ({', '.join(parts)})" if parts else "")
     )
+
+
+def describe_notice(notice: dict[str, Any], now: float) -> str:
+    """One line of `status` for a spot node's preemption notice (rlinfra_node.spot_watch)."""
+    left = float(notice["deadline"]) - now
+    when = f"goes in {left:.0f} s" if left > 0 else f"went {-left:.0f} s ago"
+    return f"node {notice.get('node')}: preemption notice ({notice.get('action')}), {when}"

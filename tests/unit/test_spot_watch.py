@@ -291,3 +291,37 @@ def test_the_trainer_patch_finds_a_due_notice_in_its_folder(
     write_notice(tmp_path / "notices", due)
     assert notice_forcing_save(10, 60, 0) is None  # 100 s left: one more step fits
     assert notice_forcing_save(10, 60, 40) == due  # within save + step + margin
+
+
+def test_status_probe_reports_the_notices_the_watcher_wrote(tmp_path: Path) -> None:
+    """rlinfra_node.progress, run as `status` runs it on the head (its source on standard input,
+    isolated), lists the watcher's notices soonest first and leaves out an earlier run's."""
+    from rlinfra.recovery import describe_notice
+    from rlinfra_node import progress
+
+    now = time.time()
+    folder = tmp_path / "notices"
+    write_notice(folder, notice("worker-2", now + 300))
+    write_notice(folder, notice("worker-1", now + 90))
+    write_notice(folder, notice("old-node", now - 2 * progress.NOTICE_KEPT_S))
+    (folder / "junk.json").write_text("{not json")
+    probe = Path(progress.__file__).read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-I", "-", "", "0", str(folder)],
+        input=probe,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert [n["node"] for n in found["notices"]] == ["worker-1", "worker-2"]
+    assert found["notices"][0]["action"] == "terminate"
+    assert found["notices"][0]["deadline"] == pytest.approx(now + 90)
+    line = describe_notice(found["notices"][0], now)
+    assert line == "node worker-1: preemption notice (terminate), goes in 90 s"
+    assert describe_notice(found["notices"][1], now + 400).endswith("went 100 s ago")
+    # Without a folder (an on-demand profile) there are none.
+    bare = subprocess.run(
+        [sys.executable, "-I", "-", "", "0"], input=probe, capture_output=True, check=True
+    )
+    assert json.loads(bare.stdout.decode())["notices"] == []
