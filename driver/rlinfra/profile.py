@@ -699,6 +699,9 @@ def load_profile(name_or_path: str) -> tuple[Profile, str]:
         raise ProfileError(source, "", f"not valid YAML{line}") from None
     if data is None:
         raise ProfileError(source, "", "the file is empty (a profile needs at least `cloud:`)")
+    from rlinfra.clouds import ssh_inventory
+
+    data = ssh_inventory.expand(data, path, source)
     return profile_from_data(data, source, path.stem), source
 
 

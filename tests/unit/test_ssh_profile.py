@@ -163,6 +163,115 @@ def test_inventory_goes_through_the_bastion_with_each_hosts_key_and_port(tmp_pat
         assert proxy[proxy.index("-i") + 1] == "/keys/bastion"
 
 
+INVENTORY_INI = """
+# the team's own inventory
+[gpu]
+gpu-a ansible_host=192.0.2.10 ansible_port=2222
+10.0.0.12 ansible_user=ubuntu
+gpu-c ansible_host=gpu-c.lan rlinfra_private_address=10.0.0.13 ; a comment
+
+[cpu]
+db-1 ansible_host=192.0.2.99
+
+[gpu:vars]
+ansible_ssh_private_key_file=/keys/team
+ansible_user=admin
+"""
+
+INVENTORY_YAML = {
+    "all": {
+        "children": {
+            "gpu": {
+                "hosts": {
+                    "gpu-a": {"ansible_host": "192.0.2.10", "ansible_port": 2222},
+                    "10.0.0.12": {"ansible_user": "ubuntu"},
+                    "gpu-c": {"ansible_host": "gpu-c.lan", "rlinfra_private_address": "10.0.0.13"},
+                },
+                "vars": {"ansible_ssh_private_key_file": "/keys/team", "ansible_user": "admin"},
+            },
+            "cpu": {"hosts": {"db-1": {"ansible_host": "192.0.2.99"}}},
+        }
+    }
+}
+
+
+@pytest.mark.parametrize("kind", ["ini", "yaml"])
+def test_hosts_come_from_an_ansible_inventory_file(
+    cli: Cli, home: Path, tmp_path: Path, kind: str
+) -> None:
+    """`ssh.inventory` (INI or YAML, relative to the profile) and `inventory_group`: the group's
+    hosts in the file's order, group variables under each host's own."""
+    if kind == "ini":
+        (tmp_path / "hosts.ini").write_text(INVENTORY_INI)
+    else:
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(INVENTORY_YAML, sort_keys=False))
+    name = "hosts.ini" if kind == "ini" else "hosts.yml"
+    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": name, "inventory_group": "gpu"}})
+    summary = json.loads(cli("plan", "-p", str(path), "--json").out)
+    assert [n["name"] for n in summary["nodes"]] == ["gpu-a", "p-1", "gpu-c"]
+    from rlinfra.profile import load_profile
+
+    profile, _ = load_profile(str(path))
+    assert profile.ssh is not None
+    assert profile.ssh.inventory == str(tmp_path / name)
+    hosts = [h.model_dump(exclude_none=True) for h in profile.ssh.hosts]
+    assert hosts == [
+        {
+            "name": "gpu-a",
+            "address": "192.0.2.10",
+            "port": 2222,
+            "user": "admin",
+            "identity_file": "/keys/team",
+        },
+        {"address": "10.0.0.12", "user": "ubuntu", "identity_file": "/keys/team"},
+        {
+            "name": "gpu-c",
+            "address": "gpu-c.lan",
+            "private_address": "10.0.0.13",
+            "user": "admin",
+            "identity_file": "/keys/team",
+        },
+    ]
+    # Without a group: every host of the file.
+    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": name}})
+    summary = json.loads(cli("plan", "-p", str(path), "--json").out)
+    assert [n["name"] for n in summary["nodes"]] == ["gpu-a", "p-1", "gpu-c", "db-1"]
+    assert files_under(home) == []
+
+
+@pytest.mark.parametrize(
+    ("inventory", "ssh", "fragments"),
+    [
+        (
+            "[gpu]\ngpu-a ansible_host=10.0.0.1\n",
+            {"hosts": [{"address": "10.0.0.9"}]},
+            ["p.yaml: ssh.inventory", "not both"],
+        ),
+        ("[gpu]\nnode[1:4] ansible_user=x\n", {}, ["inv.ini: line 2", "host patterns"]),
+        ("[gpu]\ngpu-a ansible_host\n", {}, ["inv.ini: line 2", "not key=value"]),
+        ("[gpu]\ngpu-a\n", {"inventory_group": "tpu"}, ["inv.ini", "no group 'tpu'"]),
+        ("[gpu]\ngpu-a ansible_port=x\n", {}, ["p.yaml: ssh.hosts[0].port"]),
+        (None, {}, ["p.yaml: ssh.inventory", "no such file"]),
+    ],
+)
+def test_bad_inventories_are_one_line_exit_2(
+    cli: Cli,
+    home: Path,
+    tmp_path: Path,
+    inventory: str | None,
+    ssh: dict[str, object],
+    fragments: list[str],
+) -> None:
+    if inventory is not None:
+        (tmp_path / "inv.ini").write_text(inventory)
+    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": "inv.ini", **ssh}})
+    for command in ("validate", "plan"):
+        line = usage_line(cli(command, "-p", str(path)))
+        for fragment in fragments:
+            assert fragment in line, (fragment, line)
+    assert files_under(home) == []
+
+
 # ---------------------------------------------------------------- preflight
 
 GOOD = """uid=0

@@ -135,6 +135,14 @@ class SshHosts(StrictModel):
     """Machines you already have (``cloud: ssh``): no Terraform compute, rlinfra's nodes only."""
 
     hosts: list[SshHost] = Field(description="The machines, head first unless `head` names one.")
+    inventory: str | None = Field(
+        default=None,
+        description="An Ansible inventory file (INI or YAML; relative to the profile's folder) "
+        "that lists the hosts instead of `hosts`; read when the profile is loaded.",
+    )
+    inventory_group: str | None = Field(
+        default=None, description="The inventory's group to use (default: every host)."
+    )
     head: str | None = Field(default=None, description="Name of the head host (default: first).")
     user: str = Field(default="root", description="Login user (root, or passwordless sudo).")
     port: int = Field(default=22, description="SSH port.")
@@ -168,7 +176,7 @@ class SshHosts(StrictModel):
     @classmethod
     def _some(cls, value: list[SshHost]) -> list[SshHost]:
         if not value:
-            raise ValueError("list at least one host")
+            raise ValueError("list at least one host (or name an Ansible `inventory`)")
         if len(value) > 64:
             raise ValueError("at most 64 hosts")
         names = [h.name for h in value if h.name is not None]
