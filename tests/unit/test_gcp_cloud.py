@@ -20,14 +20,9 @@ import base64
 import json
 import math
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,6 +32,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
+from conftest import free_port
 from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import cloud_for
 from rlinfra.clouds.gcp_catalog import Choice, choose, load_catalog, parse_catalog
@@ -901,62 +897,6 @@ def test_local_api_up_refuses_in_the_preflight_with_exit_2_and_creates_nothing(
 
 
 # --- bucket operations against gcp-storage-emulator -----------------------------------------------------------
-
-
-def find_emulator() -> str | None:
-    configured = os.environ.get("RLINFRA_GCS_EMULATOR")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    beside = Path(sys.executable).with_name("gcp-storage-emulator")
-    if beside.exists():
-        return str(beside)
-    return shutil.which("gcp-storage-emulator")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def storage_emulator(tmp_path: Path) -> Iterator[str]:
-    """gcp-storage-emulator on a free loopback port (in memory), stopped by pid at the end."""
-    executable = find_emulator()
-    if executable is None:
-        pytest.skip(
-            "gcp-storage-emulator not found: set RLINFRA_GCS_EMULATOR to its executable "
-            "(pip install gcp-storage-emulator into a venv of its own; it needs google-crc32c)"
-        )
-    port = free_port()
-    log = (tmp_path / "emulator.log").open("w")
-    process = subprocess.Popen(
-        [executable, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/", timeout=2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError((tmp_path / "emulator.log").read_text()) from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        log.close()
 
 
 def test_bucket_operations_against_gcp_storage_emulator(
