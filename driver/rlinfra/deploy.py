@@ -182,6 +182,9 @@ class Record(BaseModel):
     gpus_per_node: int | None = None
     # The machine type the cluster runs on (after any capacity failover at `up`).
     instance_type: str | None = None
+    # Where rlinfra put its files on the nodes (rlinfra.layout.paths()); the ports are in `ray`
+    # and `services`.
+    paths: dict[str, str] = Field(default_factory=dict)
     ray: dict[str, Any] = Field(default_factory=dict)
     services: list[dict[str, Any]] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlinfra import ui
+from rlinfra import layout, ui
 from rlinfra.deploy import Record, Stage, require_cluster, update_record
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.render import Host
 from rlinfra.workloads.spec import JobSpec
 
-JOBS_DIR = "/opt/rlinfra/jobs"
+JOBS_DIR = layout.JOBS
 # The node venv's interpreter (python_env_venv): the job runner, and the steps it starts, use it.
-NODE_PYTHON = "/opt/rlinfra/venv/bin/python"
+NODE_PYTHON = layout.PYTHON
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlinfra import __version__, ui
+from rlinfra import __version__, layout, ui
 from rlinfra.clouds import cloud_for
 from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context, Controller, rlinfra_cache, rlinfra_home
@@ -579,6 +579,7 @@ def up(
             versions={"rlinfra": __version__, "terraform": terraform_version(binary)},
             resolved_profile=plan.profile.model_dump(mode="json"),
             instance_type=plan.instance_type,
+            paths=layout.paths(),
             stage=Stage.RENDERED,
             error=None,
         )
@@ -690,8 +691,8 @@ def up(
 
 
 # Where the acceptance role keeps the running check's pid and its script, on every node.
-ACCEPTANCE_SCRIPT = "/opt/rlinfra/bin/allreduce.py"
-ACCEPTANCE_PIDFILE = "/opt/rlinfra/run/acceptance.pid"
+ACCEPTANCE_SCRIPT = layout.ACCEPTANCE_SCRIPT
+ACCEPTANCE_PIDFILE = layout.ACCEPTANCE_PIDFILE
 
 
 def _run_check(folder: Path, hosts: list[Host]) -> None:
@@ -991,7 +992,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
             pass
     command = shlex.join(
         [
-            "/opt/rlinfra/venv/bin/python",
+            layout.PYTHON,
             "-I",
             "-",
             str(spec.get("checkpoint_dir") or ""),
@@ -1018,7 +1019,7 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
 
     # ssh.run loads node.env, which carries the Ray token's settings.
     command = (
-        f"/opt/rlinfra/venv/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
+        f"{layout.VENV}/bin/ray list nodes --address http://127.0.0.1:{dashboard_port} "
         "--format json --filter state=ALIVE --limit 10000"
     )
     head = hosts[0]

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from rlinfra import __version__
+from rlinfra import __version__, layout
 from rlinfra.assets import asset_dir
 from rlinfra.clouds import cloud_for
 from rlinfra.context import Context
@@ -126,7 +126,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "rlinfra_cloud": plan.cloud,
         "preflight_expected_num_nodes": plan.num_nodes,
         "base_manage_limits": True,
-        "python_env_venv": "/opt/rlinfra/venv",
+        "python_env_venv": layout.VENV,
         "python_env_python": profile.software.python,
         "python_env_uv_binary_src": ctx.controller.uv_binary,
         "python_env_packages": list(pins.packages),

@@ -23,13 +23,14 @@ from typing import Any
 
 import yaml
 
+from rlinfra import layout
 from rlinfra.render import Host
 from rlinfra.runners import ssh
 
 # Written by the last play of site.yml on every node, holding the digest it applied.
-MARKER = "/opt/rlinfra/converged"
-RAY_HELPER = "/opt/rlinfra/bin/rlinfra-ray-node"
-RAY_TOKEN = "/opt/rlinfra/ray/auth_token"
+MARKER = layout.CONVERGED
+RAY_HELPER = layout.RAY_HELPER
+RAY_TOKEN = layout.RAY_TOKEN
 RETRIEVAL_APP = "retrieval"
 # Files above this size are identified by size and modification time, not by their bytes.
 HASH_LIMIT = 4 << 20
@@ -103,7 +104,7 @@ def node_spec(
 ) -> dict[str, Any]:
     """What ``verify_node`` checks on ``host``, from the rendered variables."""
     head = hosts[0]
-    venv = str(variables.get("python_env_venv") or "/opt/rlinfra/venv")
+    venv = str(variables.get("python_env_venv") or layout.VENV)
     head_port = int(variables.get("ray_cluster_head_port", 6379))
     spec: dict[str, Any] = {
         "marker": MARKER,

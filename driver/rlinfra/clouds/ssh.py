@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra import ui
+from rlinfra import layout, ui
 from rlinfra.clouds import local
 from rlinfra.clouds.base import Cloud, Site
 from rlinfra.clouds.ssh_hosts import SshHost, SshHosts, SshJump
@@ -30,7 +30,7 @@ from rlinfra.render import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
 
-RLINFRA_ROOT = "/opt/rlinfra"
+RLINFRA_ROOT = layout.ROOT
 # Files of the base role outside /opt/rlinfra (removed by --purge only if rlinfra wrote them).
 SYSTEM_FILES = ("/etc/security/limits.d/90-rlinfra.conf", "/etc/sysctl.d/90-rlinfra.conf")
 # The node contract and what belongs to one cluster's run (removed by every `down`).

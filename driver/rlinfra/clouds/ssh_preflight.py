@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlinfra import layout
+
 # Runs as the login user; reads only. Each fact on a line of its own, as key=value.
 PROBE = r"""
 export LC_ALL=C
@@ -40,7 +42,7 @@ echo "probe=done"
 """
 
 # What rlinfra's own Ray runs from; any other raylet or GCS is a Ray that rlinfra did not start.
-RLINFRA_ROOT = "/opt/rlinfra/"
+RLINFRA_ROOT = f"{layout.ROOT}/"
 # Ansible's modules need this Python on every host; `software.python: system` needs 3.10.
 MIN_PYTHON = (3, 8)
 MIN_SYSTEM_PYTHON = (3, 10)

@@ -7,9 +7,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+from rlinfra import layout
 from rlinfra.render import Host
 
-NODE_ENV = "/opt/rlinfra/node.env"
+NODE_ENV = layout.NODE_ENV
 
 
 def ssh_argv(

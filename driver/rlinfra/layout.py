@@ -1,0 +1,38 @@
+"""Where rlinfra puts its files on a node: one place for the controller's code, rendered into the
+roles' variables (``python_env_venv``) and kept in the cluster's record (``Record.paths``), so the
+commands after `up` and an auditor read the layout the nodes were built with.
+
+The roles' own defaults hold the same paths (a role runs without the controller too); the
+Ansible tests check that they agree with this module.
+"""
+
+from __future__ import annotations
+
+ROOT = "/opt/rlinfra"
+VENV = f"{ROOT}/venv"
+PYTHON = f"{VENV}/bin/python"
+BIN = f"{ROOT}/bin"
+JOBS = f"{ROOT}/jobs"
+RUN = f"{ROOT}/run"
+RAY_TOKEN = f"{ROOT}/ray/auth_token"
+RAY_HELPER = f"{BIN}/rlinfra-ray-node"
+CONVERGED = f"{ROOT}/converged"
+CONTRACT = f"{ROOT}/node.json"
+NODE_ENV = f"{ROOT}/node.env"
+ACCEPTANCE_SCRIPT = f"{BIN}/allreduce.py"
+ACCEPTANCE_PIDFILE = f"{RUN}/acceptance.pid"
+
+
+def paths() -> dict[str, str]:
+    """The layout as the record keeps it."""
+    return {
+        "root": ROOT,
+        "venv": VENV,
+        "python": PYTHON,
+        "bin": BIN,
+        "jobs": JOBS,
+        "run": RUN,
+        "ray_token": RAY_TOKEN,
+        "contract": CONTRACT,
+        "node_env": NODE_ENV,
+    }
