@@ -498,9 +498,7 @@ def up(
         account="require",
     )
     if the_plan.profile.workload is not None and not infra_only and not no_run:
-        from rlinfra.workloads.spec import job_spec
-
-        job_spec(the_plan).refuse_unset()
+        the_plan.job.refuse_unset()
     if take_over:
         if the_plan.cloud != "ssh":
             raise UsageError("--take-over is for cloud ssh (hosts you already have)")
@@ -557,9 +555,8 @@ def up(
 def _submit_unless_running(the_plan: Any, secrets: dict[str, str]) -> str | None:
     """Submit the plan's workload, unless a job of this cluster is still pending or running."""
     from rlinfra import jobs
-    from rlinfra.workloads.spec import job_spec
 
-    spec = job_spec(the_plan)
+    spec = the_plan.job
     for job in jobs.list_jobs(the_plan.cluster):
         if job["status"] not in jobs.TERMINAL and str(job["submission_id"]).startswith(
             spec.submission_prefix
@@ -613,7 +610,6 @@ def run(
     from rlinfra import jobs
     from rlinfra.deploy import require_cluster
     from rlinfra.pipeline import prepare, report_overrides
-    from rlinfra.workloads.spec import job_spec
 
     _, record = require_cluster(cluster)
     request = _request(None, cluster, None, env, secret, None)
@@ -633,7 +629,7 @@ def run(
             f"{the_plan.source}: workload: the profile of {cluster!r} has no workload to run"
         )
     report_overrides(the_plan)
-    spec = job_spec(the_plan)
+    spec = the_plan.job
     spec.refuse_unset()
     if recover:
         _run_recovering(cluster, request, the_plan, spec, secrets, json_out)

@@ -106,9 +106,7 @@ def env_readers(plan: Plan) -> dict[str, list[str]]:
 
     readers: dict[str, list[str]] = {name: [] for name in plan.profile.env}
     if plan.profile.workload is not None:
-        from rlinfra.workloads.spec import job_spec
-
-        for name, fields in job_spec(plan).env_readers.items():
+        for name, fields in plan.job.env_readers.items():
             readers.setdefault(name, []).extend(fields)
     if BUCKET_ENV in readers and plan.profile.storage:
         readers[BUCKET_ENV].append("storage bucket names")
@@ -132,9 +130,7 @@ def report_overrides(plan: Plan) -> None:
             f"override {change.field}: {change.old} -> {change.new} (from the command line){where}"
         )
     if plan.profile.workload is not None:
-        from rlinfra.workloads.spec import job_spec
-
-        for warning in job_spec(plan).warnings:
+        for warning in plan.job.warnings:
             ui.warn(warning)
 
 

@@ -10,6 +10,8 @@ import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import SUPPORTED as SUPPORTED_CLOUDS
@@ -17,6 +19,9 @@ from rlinfra.clouds.base import Candidate
 from rlinfra.errors import UsageError
 from rlinfra.pins import PinSet, pin_sets
 from rlinfra.profile import BUCKET_NAME_RE, Override, Profile, check_cluster_name
+
+if TYPE_CHECKING:
+    from rlinfra.workloads.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,14 @@ class Plan:
     @property
     def storage_buckets(self) -> list[str]:
         return list(self.buckets)
+
+    @cached_property
+    def job(self) -> JobSpec:
+        """The workload's job spec (``workloads.spec.job_spec``), computed once per plan; raises
+        as job_spec does (not cached then)."""
+        from rlinfra.workloads.spec import job_spec
+
+        return job_spec(self)
 
 
 BUCKET_ENV = "CHECKPOINT_BUCKET_NAME"
@@ -218,9 +231,7 @@ def make_plan(
     )
     if profile.workload is not None:
         # Checked before anything is spent: Verl override keys, GPU needs, variables.
-        from rlinfra.workloads.spec import job_spec
-
-        job_spec(plan)
+        _ = plan.job
     return plan
 
 

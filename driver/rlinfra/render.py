@@ -20,7 +20,6 @@ from rlinfra.clouds import cloud_for
 from rlinfra.context import Context
 from rlinfra.lock import current_lock
 from rlinfra.plan import Plan
-from rlinfra.workloads.spec import job_spec
 
 ANSIBLE_TREE = ("ansible.cfg", "playbooks", "roles")
 # The pin set's hash-pinned lock, copied into the deployment folder for review and for Ansible.
@@ -235,7 +234,7 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
     if lock is not None:
         files[LOCK_FILE] = lock.read_text()
     if plan.profile.workload is not None:
-        files["job.json"] = json.dumps(job_spec(plan).to_json(), indent=2) + "\n"
+        files["job.json"] = json.dumps(plan.job.to_json(), indent=2) + "\n"
     return files
 
 
