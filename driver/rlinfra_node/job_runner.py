@@ -120,6 +120,21 @@ def resolve(argv: list[str], python: str = sys.executable) -> list[str]:
     return [python, *argv[1:]] if argv and argv[0] == "python3" else list(argv)
 
 
+# The node contract's JSON file (the node_env role writes it; `rlinfra.layout.CONTRACT`).
+CONTRACT = Path("/opt/rlinfra/node.json")
+
+
+def contract_node_ips(env: Mapping[str, str], contract: Path = CONTRACT) -> list[str]:
+    """The cluster's node IPs, head first: from the node contract's file, which `up` rewrites
+    when a node is replaced (Ray, and the jobs it starts, keep the environment of their start),
+    else from RLINFRA_NODE_IPS."""
+    try:
+        text = json.loads(contract.read_text()).get("RLINFRA_NODE_IPS", "")
+    except (OSError, ValueError, AttributeError):
+        text = env.get("RLINFRA_NODE_IPS", "")
+    return [ip for ip in str(text).split("\n") if ip]
+
+
 def node_label(ip: str, node_ips: Sequence[str]) -> str:
     """'node 1 (10.0.0.11)': the rank from RLINFRA_NODE_IPS (head first), when it is there."""
     return f"node {node_ips.index(ip)} ({ip})" if ip in node_ips else f"node {ip}"
@@ -243,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every worker's lines reach the job's log (Ray would fold lines that differ only in
     # numbers, such as each rank's node address, into one).
     env.setdefault("RAY_DEDUP_LOGS", "0")
-    node_ips = [ip for ip in os.environ.get("RLINFRA_NODE_IPS", "").split("\n") if ip]
+    node_ips = contract_node_ips(os.environ)
     return run_job(spec, env, _run, log, train=Watched(ray_alive_nodes, log, node_ips))
 
 

@@ -430,6 +430,55 @@ def test_worker_whose_ray_died_is_healed(
     assert _pids(testbed, 0, "gcs") == head_gcs
 
 
+def test_a_new_member_alone_keeps_the_heads_ray_and_a_new_setting_restarts_it(
+    testbed: Testbed,
+    first_run: PlaybookRun,
+    extravars: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A replaced node at a new address changes every node's RLINFRA_NODE_IPS. The head's
+    contract is rewritten, but its Ray (and so every job and the whole cluster) stays: Ray keeps
+    its members itself. Here the head's contract is made to hold other members, as before a
+    replacement; then a real setting of the contract (node_env_extra) does restart the head."""
+    assert first_run.rc == 0
+    head = testbed.nodes[0]
+    head_gcs = _pids(testbed, 0, "gcs")
+    assert head_gcs
+    stale = testbed.ssh(
+        head,
+        "sed -i 's/^export RLINFRA_NODE_IPS=.*/export RLINFRA_NODE_IPS=stale/' /opt/rlinfra/node.env"
+        ' && sed -i \'s/"RLINFRA_NODE_IPS": "[^"]*"/"RLINFRA_NODE_IPS": "10.9.9.9"/\''
+        " /opt/rlinfra/node.json && grep -c 10.9.9.9 /opt/rlinfra/node.json",
+    )
+    assert stale.returncode == 0 and stale.stdout.strip() == "1", stale.stdout + stale.stderr
+    rerun = {**extravars, "acceptance_enabled": False}
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-members"), "site.yml", testbed.inventory(), rerun
+    )
+    TIMINGS["new member run (no acceptance)"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    changed = run.changed_tasks()
+    assert f"{head.name}: Write /opt/rlinfra/node.json" in changed, changed
+    assert not any("Start the Ray head" in t or "Stop what is left" in t for t in changed), changed
+    assert _pids(testbed, 0, "gcs") == head_gcs
+    contract = testbed.ssh(head, "cat /opt/rlinfra/node.json")
+    ips = json.loads(contract.stdout)["RLINFRA_NODE_IPS"].split("\n")
+    assert ips == [n.ip for n in testbed.nodes]
+    # A setting of the node itself: Ray restarts so that its processes see it.
+    extra = {**extravars["node_env_extra"], "RLT_SETTING": "new"}
+    run = run_playbook(
+        tmp_path_factory.mktemp("site-setting"),
+        "site.yml",
+        testbed.inventory(),
+        {**rerun, "node_env_extra": extra},
+    )
+    TIMINGS["new setting run (no acceptance)"] = run.seconds
+    assert run.rc == 0, _explain(run)
+    assert any("Start the Ray head" in t for t in run.changed_tasks()), run.changed_tasks()
+    assert _pids(testbed, 0, "gcs") not in ([], head_gcs)
+    # (The next test's run goes back to the first run's settings.)
+
+
 def test_head_whose_ray_died_restarts_with_every_worker(
     testbed: Testbed,
     first_run: PlaybookRun,

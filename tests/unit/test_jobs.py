@@ -178,3 +178,15 @@ def test_a_step_that_failed_before_ray_saw_its_node_go_names_the_node() -> None:
     code = watched([sys.executable, "-c", "raise SystemExit(1)"], {})
     assert code == job_runner.NODE_LOST
     assert lines == ["job_runner: node 1 (10.0.0.11) left the Ray cluster; the step failed (1)"]
+
+
+def test_node_ips_come_from_the_contract_file_before_the_environment(tmp_path: Path) -> None:
+    """A node replaced at a new address rewrites the contract's file; the environment Ray's jobs
+    inherit is the one of Ray's start (the head's Ray is not restarted for a new member)."""
+    contract = tmp_path / "node.json"
+    env = {"RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.11"}
+    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.11"]
+    contract.write_text(json.dumps({"RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.57"}))
+    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.57"]
+    contract.write_text("{broken")
+    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.11"]

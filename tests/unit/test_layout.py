@@ -37,6 +37,9 @@ def test_the_roles_use_the_controllers_layout() -> None:
     assert acceptance["acceptance_node_env"] == layout.NODE_ENV
     token = yaml.safe_load((PLAYBOOKS / "vars" / "ray_auth.yml").read_text())
     assert token["rlinfra_ray_auth_token_path"] == layout.RAY_TOKEN
+    from rlinfra_node import job_runner
+
+    assert str(job_runner.CONTRACT) == layout.CONTRACT  # the node side reads the members there
     assert f"> {layout.CONVERGED}" in (PLAYBOOKS / "site.yml").read_text().replace(".new", "")
 
 
