@@ -680,9 +680,16 @@ def _run_recovering(
         state = ray_state(folder, list(record.hosts), record.dashboard_port)
         return list(state.get("missing_nodes") or []) if state.get("reachable") else []
 
+    # The heal configures the nodes as the last `up` did: the run's --env is the job's alone.
+    # (With it, every node's contract would change, and a new contract restarts the head's Ray,
+    # and so every node and job of the cluster: seen in the recovery e2e.)
+    heal_request = dataclasses.replace(
+        request, overrides=dataclasses.replace(request.overrides, env={})
+    )
+
     def heal() -> recovery.Healed:
         # `up` as it would run by hand, with the account's bucket names resolved.
-        plan_now, _ = prepare(request, os.environ, account="require")
+        plan_now, _ = prepare(heal_request, os.environ, account="require")
         result = run_up(plan_now, secrets, run_check=False)
         return recovery.Healed(result.replaced, result.verify_problems, result.seconds)
 

@@ -2,11 +2,12 @@
 
 The loop submits the job and follows it. When the job ends FAILED because a node left (the job
 runner's "node N (IP) left the Ray cluster" line, or a node Ray no longer counts), the cluster is
-converged by `up` itself: Terraform replaces only what the cloud lost (the head and the other nodes
-stay), Ansible configures the new node and it joins Ray. The job is then submitted again and
-resumes from the latest checkpoint in the bucket (``trainer.resume_mode=auto``). A job that fails
-with every node alive is the job's own failure: it is not retried. After ``recovery.max_attempts``
-recoveries (the profile's) the loop gives up.
+converged by `up` itself, with the nodes' settings of the last `up` (the run's --env is the job's
+alone): Terraform replaces only what the cloud lost (the head and the other nodes stay, and so does
+the head's Ray session, its jobs and services), Ansible configures the new node and it joins
+Ray. The job is then submitted again and resumes from the latest checkpoint in the bucket
+(``trainer.resume_mode=auto``). A job that fails with every node alive is the job's own failure:
+it is not retried. After ``recovery.max_attempts`` recoveries (the profile's) the loop gives up.
 
 Every recovery is recorded in the cluster's record (`status` lists them): when, which node and
 why, the last step the failed job reached, the checkpoint step it resumed from, the steps lost,
