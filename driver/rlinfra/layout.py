@@ -1,9 +1,10 @@
-"""Where rlinfra puts its files on a node: one place for the controller's code, rendered into the
-roles' variables (``python_env_venv``) and kept in the cluster's record (``Record.paths``), so the
-commands after `up` and an auditor read the layout the nodes were built with.
+"""Where rlinfra puts its files on a node: one place for the controller's code (jobs, checks,
+status, the ssh cloud's preflight and down), rendered into the roles' variables
+(``python_env_venv``) and kept in the cluster's record (``Record.paths``), so that an auditor
+reads the layout a cluster's nodes were built with.
 
-The roles' own defaults hold the same paths (a role runs without the controller too); the
-Ansible tests check that they agree with this module.
+The roles' own variables hold the same paths (a role runs without the controller too);
+tests/unit/test_layout.py checks that they agree with this module.
 """
 
 from __future__ import annotations

@@ -122,17 +122,35 @@ def resolve(argv: list[str], python: str = sys.executable) -> list[str]:
 
 # The node contract's JSON file (the node_env role writes it; `rlinfra.layout.CONTRACT`).
 CONTRACT = Path("/opt/rlinfra/node.json")
+# The contract's variables that name the cluster's members (node_env's
+# node_env_membership_variables): a new member does not restart Ray, so the environment Ray's
+# jobs inherit keeps the old ones; the contract's file has the new.
+MEMBERSHIP = tuple(
+    f"{prefix}_{name}" for prefix in ("RLINFRA", "SKYPILOT") for name in ("NODE_IPS", "NUM_NODES")
+)
+
+
+def contract_members(contract: Path = CONTRACT) -> dict[str, str]:
+    """The membership variables as the node contract's file has them now ({} if unreadable)."""
+    try:
+        data = json.loads(contract.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {name: str(data[name]) for name in MEMBERSHIP if data.get(name)}
+
+
+def with_current_members(env: Mapping[str, str], contract: Path = CONTRACT) -> dict[str, str]:
+    """``env`` with the cluster's members from the contract's file, where it has them."""
+    return {**env, **contract_members(contract)}
 
 
 def contract_node_ips(env: Mapping[str, str], contract: Path = CONTRACT) -> list[str]:
     """The cluster's node IPs, head first: from the node contract's file, which `up` rewrites
-    when a node is replaced (Ray, and the jobs it starts, keep the environment of their start),
-    else from RLINFRA_NODE_IPS."""
-    try:
-        text = json.loads(contract.read_text()).get("RLINFRA_NODE_IPS", "")
-    except (OSError, ValueError, AttributeError):
-        text = env.get("RLINFRA_NODE_IPS", "")
-    return [ip for ip in str(text).split("\n") if ip]
+    when a node is replaced, else from RLINFRA_NODE_IPS."""
+    text = with_current_members(env, contract).get("RLINFRA_NODE_IPS", "")
+    return [ip for ip in text.split("\n") if ip]
 
 
 def node_label(ip: str, node_ips: Sequence[str]) -> str:
@@ -242,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--secrets", type=Path, default=None)
     args = parser.parse_args(argv)
-    env = dict(os.environ)
+    env = with_current_members(os.environ)
     if args.secrets is not None and args.secrets.exists():
         secrets = read_secrets(args.secrets)
         env.update(secrets)
@@ -258,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every worker's lines reach the job's log (Ray would fold lines that differ only in
     # numbers, such as each rank's node address, into one).
     env.setdefault("RAY_DEDUP_LOGS", "0")
-    node_ips = contract_node_ips(os.environ)
+    node_ips = contract_node_ips(env)
     return run_job(spec, env, _run, log, train=Watched(ray_alive_nodes, log, node_ips))
 
 

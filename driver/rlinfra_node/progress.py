@@ -21,7 +21,7 @@ from pathlib import Path
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 # Notices whose node went longer ago than this are an earlier run's, not news.
-NOTICE_KEPT_S = 3600.0
+NOTICE_KEPT_S = 900.0
 
 
 def checkpoint_step(checkpoint_dir: Path) -> int | None:

@@ -182,11 +182,29 @@ def test_a_step_that_failed_before_ray_saw_its_node_go_names_the_node() -> None:
 
 def test_node_ips_come_from_the_contract_file_before_the_environment(tmp_path: Path) -> None:
     """A node replaced at a new address rewrites the contract's file; the environment Ray's jobs
-    inherit is the one of Ray's start (the head's Ray is not restarted for a new member)."""
+    inherit is the one of Ray's start (the head's Ray is not restarted for a new member), so the
+    job's steps get the members from the file."""
     contract = tmp_path / "node.json"
-    env = {"RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.11"}
+    env = {"RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.11", "RLINFRA_NUM_NODES": "2", "OTHER": "x"}
     assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.11"]
-    contract.write_text(json.dumps({"RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.57"}))
-    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.57"]
+    contract.write_text(
+        json.dumps(
+            {
+                "RLINFRA_NODE_IPS": "10.0.0.10\n10.0.0.57\n10.0.0.58",
+                "RLINFRA_NUM_NODES": "3",
+                "SKYPILOT_NUM_NODES": "3",
+                "RLINFRA_NODE_RANK": "0",
+            }
+        )
+    )
+    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.57", "10.0.0.58"]
+    current = job_runner.with_current_members(env, contract)
+    assert current["RLINFRA_NUM_NODES"] == "3" and current["SKYPILOT_NUM_NODES"] == "3"
+    assert current["OTHER"] == "x" and "RLINFRA_NODE_RANK" not in current  # members only
+    # A file without the members, or unreadable: the environment's.
+    contract.write_text(json.dumps({"RLINFRA_NODE_RANK": "0"}))
+    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.11"]
     contract.write_text("{broken")
-    assert job_runner.contract_node_ips(env, contract) == ["10.0.0.10", "10.0.0.11"]
+    assert job_runner.with_current_members(env, contract) == env
+    contract.write_text("[1, 2]")
+    assert job_runner.with_current_members(env, contract) == env

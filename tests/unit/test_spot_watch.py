@@ -322,6 +322,10 @@ def test_status_probe_reports_the_notices_the_watcher_wrote(tmp_path: Path) -> N
     assert describe_notice(found["notices"][1], now + 400).endswith("went 100 s ago")
     # Without a folder (an on-demand profile) there are none.
     bare = subprocess.run(
-        [sys.executable, "-I", "-", "", "0"], input=probe, capture_output=True, check=True
+        [sys.executable, "-I", "-", "", "0"],
+        input=probe,
+        capture_output=True,
+        check=True,
+        timeout=30,
     )
     assert json.loads(bare.stdout.decode())["notices"] == []

@@ -168,7 +168,8 @@ INVENTORY_INI = """
 [gpu]
 gpu-a ansible_host=192.0.2.10 ansible_port=2222
 10.0.0.12 ansible_user=ubuntu
-gpu-c ansible_host=gpu-c.lan rlinfra_private_address=10.0.0.13 ; a comment
+; a comment line
+gpu-c ansible_host=gpu-c.lan rlinfra_private_address=10.0.0.13
 
 [cpu]
 db-1 ansible_host=192.0.2.99
@@ -239,6 +240,47 @@ def test_hosts_come_from_an_ansible_inventory_file(
     assert files_under(home) == []
 
 
+def test_inventory_follows_ansibles_order_of_group_variables_and_host_ports(
+    tmp_path: Path,
+) -> None:
+    """A child group's variables win over its parent's wherever they are written, `all:vars`
+    come first, a host's own last; `name:port` gives the port."""
+    from rlinfra.clouds.ssh_inventory import read_inventory
+
+    path = tmp_path / "hosts.ini"
+    path.write_text(
+        "[a100:vars]\nansible_user=child\n\n"
+        "[gpu:children]\na100\n\n"
+        "[gpu:vars]\nansible_user=parent\nansible_port=2200\n\n"
+        "[all:vars]\nansible_ssh_private_key_file=/keys/all\nansible_user=everyone\n\n"
+        "[a100]\nnode-1:2222\nnode-2 ansible_ssh_user=own\n\n"
+        "[gpu]\nnode-3\n"
+    )
+    assert read_inventory(path, "gpu") == [
+        {
+            "address": "node-1",
+            "name": "node-1",
+            "port": 2222,
+            "user": "child",
+            "identity_file": "/keys/all",
+        },
+        {
+            "address": "node-2",
+            "name": "node-2",
+            "port": 2200,
+            "user": "own",
+            "identity_file": "/keys/all",
+        },
+        {
+            "address": "node-3",
+            "name": "node-3",
+            "port": 2200,
+            "user": "parent",
+            "identity_file": "/keys/all",
+        },
+    ]
+
+
 @pytest.mark.parametrize(
     ("inventory", "ssh", "fragments"),
     [
@@ -252,6 +294,14 @@ def test_hosts_come_from_an_ansible_inventory_file(
         ("[gpu]\ngpu-a\n", {"inventory_group": "tpu"}, ["inv.ini", "no group 'tpu'"]),
         ("[gpu]\ngpu-a ansible_port=x\n", {}, ["p.yaml: ssh.hosts[0].port"]),
         (None, {}, ["p.yaml: ssh.inventory", "no such file"]),
+        ("[gpu]\ngpu-a x=1 ; note\n", {}, ["inv.ini: line 2", "not key=value"]),
+        ("[gpu]\ngpu-a ansible_connection=local\n", {}, ["gpu-a.ansible_connection", "SSH"]),
+        (
+            "[gpu]\ngpu-a ansible_ssh_common_args='-J b'\n",
+            {},
+            ["gpu-a.ansible_ssh_common_args", "ssh.jump"],
+        ),
+        ("[gpu]\ngpu-a ansible_host='{{ x }}.lan'\n", {}, ["gpu-a.ansible_host", "template"]),
     ],
 )
 def test_bad_inventories_are_one_line_exit_2(

@@ -10,13 +10,16 @@ the hosts again::
 Both of Ansible's static formats are read, without Ansible:
 
 - INI: ``[group]`` sections of ``NAME key=value ...`` lines, ``[group:vars]`` and
-  ``[group:children]``; ``#`` and ``;`` start comments.
+  ``[group:children]``; a line starting with ``#`` or ``;`` is a comment.
 - YAML: ``all: {hosts: {NAME: {key: value}}, children: {...}, vars: {...}}``.
 
-Of each host's variables these are used: ``ansible_host`` (address; default the host's name),
-``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file`` and ``rlinfra_private_address``
-(the address the other hosts reach it at). Group variables apply to the group's hosts and its
-children's, a host's own win. Host patterns (``node[1:4]``), dynamic inventories (scripts,
+Of each host's variables these are used: ``ansible_host`` (address; default the host's name, or
+its ``name:port``), ``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file`` (and their
+``ansible_ssh_*`` aliases) and ``rlinfra_private_address`` (the address the other hosts reach it
+at). Group variables apply to the group's hosts and its children's, merged in Ansible's order
+(shallow groups first, then ``ansible_group_priority``, then name; a host's own win).
+Connection settings rlinfra cannot honour (``ansible_connection`` other than ssh, extra SSH
+arguments, passwords) and templated values are refused, naming the host and variable. Host patterns (``node[1:4]``), dynamic inventories (scripts,
 plugins) and vaulted values are refused with the line that has them. A host's name becomes its
 node name when it is one (lowercase letters, digits, '-'); otherwise the node is named by rank.
 The hosts come in the file's order, once each (the first group that lists a host places it).
@@ -37,15 +40,30 @@ import yaml
 from rlinfra.clouds.ssh_hosts import HOST_NAME_RE
 from rlinfra.errors import ProfileError
 
-# Ansible's variable -> the ssh host's field.
+# Ansible's variable (and its older aliases) -> the ssh host's field.
 VARIABLES = {
     "ansible_host": "address",
+    "ansible_ssh_host": "address",
     "ansible_user": "user",
+    "ansible_ssh_user": "user",
     "ansible_port": "port",
+    "ansible_ssh_port": "port",
     "ansible_ssh_private_key_file": "identity_file",
+    "ansible_private_key_file": "identity_file",
     "rlinfra_private_address": "private_address",
 }
+# Connection settings rlinfra would otherwise silently drop: refused, with what to use instead.
+REFUSED = {
+    "ansible_connection": "rlinfra reaches hosts over SSH only",
+    "ansible_ssh_common_args": "give a bastion as ssh.jump (or a host's jump)",
+    "ansible_ssh_extra_args": "give a bastion as ssh.jump (or a host's jump)",
+    "ansible_ssh_args": "give a bastion as ssh.jump (or a host's jump)",
+    "ansible_password": "rlinfra logs in with keys (identity_file or agent)",
+    "ansible_ssh_pass": "rlinfra logs in with keys (identity_file or agent)",
+}
 _PATTERN = re.compile(r"\[[^\]]*:[^\]]*\]")
+# `name:port` (not an IPv6 address, which has more than one colon).
+_HOST_PORT = re.compile(r"^([^:]+):(\d+)$")
 
 
 class _Tree:
@@ -59,6 +77,10 @@ class _Tree:
         self.group_vars: dict[str, dict[str, Any]] = {}
 
     def add_host(self, group: str, name: str, variables: dict[str, Any]) -> None:
+        split = _HOST_PORT.match(name)
+        if split:  # `name:port` sets the host's own port, as in Ansible
+            name = split.group(1)
+            variables = {"ansible_port": split.group(2), **variables}
         if name not in self.host_vars:
             self.order.append(name)
             self.host_vars[name] = {}
@@ -76,11 +98,26 @@ class _Tree:
                 found += [h for h in self.hosts_of(child, seen | {group}) if h not in found]
         return [h for h in self.order if h in found]
 
+    def depth(self, group: str, seen: frozenset[str] = frozenset()) -> int:
+        """How far below ``all`` a group is (its deepest path): Ansible merges group variables
+        from the shallowest group to the deepest, so a child's win over its parent's."""
+        if group == "all":
+            return 0
+        parents = [g for g, kids in self.children.items() if group in kids and g not in seen]
+        return 1 + max((self.depth(g, seen | {group}) for g in parents), default=0)
+
     def variables(self, host: str) -> dict[str, Any]:
+        """Ansible's order: ``all``'s variables, then each group of the host by (depth,
+        ``ansible_group_priority``, name), then the host's own."""
+        groups = [g for g in self.group_vars if g != "all" and host in self.hosts_of(g)]
+
+        def rank(group: str) -> tuple[int, int, str]:
+            priority = self.group_vars[group].get("ansible_group_priority", 1)
+            return (self.depth(group), int(priority) if str(priority).isdigit() else 1, group)
+
         merged = dict(self.group_vars.get("all", {}))
-        for group in self.group_vars:
-            if group != "all" and host in self.hosts_of(group):
-                merged.update(self.group_vars[group])
+        for group in sorted(groups, key=rank):
+            merged.update(self.group_vars[group])
         merged.update(self.host_vars[host])
         return merged
 
@@ -127,8 +164,6 @@ def _parse_ini(text: str, source: str) -> _Tree:
         if _PATTERN.search(name):
             raise ProfileError(source, where, f"host patterns ({name}) are not read; list hosts")
         for word in words[1:]:
-            if word.startswith(";"):  # an inline comment
-                break
             key, sep, value = word.partition("=")
             if not sep:
                 raise ProfileError(source, where, f"{word!r} is not key=value")
@@ -178,13 +213,21 @@ def _host(name: str, variables: dict[str, Any], source: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"address": name}
     if HOST_NAME_RE.fullmatch(name):
         entry["name"] = name
+    for variable, why in REFUSED.items():
+        if variable in variables and not (
+            variable == "ansible_connection" and str(variables[variable]) in ("ssh", "smart")
+        ):
+            raise ProfileError(source, f"{name}.{variable}", f"not read: {why}")
     for variable, field in VARIABLES.items():
         if variable not in variables:
             continue
         value = variables[variable]
-        if not isinstance(value, str | int) or "$ANSIBLE_VAULT" in str(value):
-            raise ProfileError(source, f"{name}.{variable}", "must be a plain value")
-        entry[field] = int(value) if field == "port" and str(value).isdigit() else str(value)
+        text = str(value)
+        if not isinstance(value, str | int) or "$ANSIBLE_VAULT" in text or "{{" in text:
+            raise ProfileError(
+                source, f"{name}.{variable}", "must be a plain value (no templates or vault)"
+            )
+        entry[field] = int(text) if field == "port" and text.isdigit() else text
     return entry
 
 

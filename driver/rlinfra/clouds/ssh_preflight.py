@@ -34,12 +34,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else echo gpus=none; fi
 echo "listening=$( { ss -Hltn 2>/dev/null || true; } | awk '{print $4}' | sed 's/.*://' | sort -un | tr '\n' ' ')"
 # printf, not echo: sh's echo turns the contract's JSON escapes (\n, \") into characters.
-printf 'contract=%s\n' "$( { tr -d '\n' < /opt/rlinfra/node.json; } 2>/dev/null)"
-echo "installed=$(ls -A /opt/rlinfra 2>/dev/null | tr '\n' ' ')"
+printf 'contract=%s\n' "$( { tr -d '\n' < @CONTRACT@; } 2>/dev/null)"
+echo "installed=$(ls -A @ROOT@ 2>/dev/null | tr '\n' ' ')"
 echo "ray=$(ps -eo comm=,args= 2>/dev/null | awk '$1 == "raylet" || $1 == "gcs_server" {print $1 ":" $2}' | tr '\n' ' ')"
 echo "clock=$(date +%s.%N)"
 echo "probe=done"
-"""
+""".replace("@CONTRACT@", layout.CONTRACT).replace("@ROOT@", layout.ROOT)
 
 # What rlinfra's own Ray runs from; any other raylet or GCS is a Ray that rlinfra did not start.
 RLINFRA_ROOT = f"{layout.ROOT}/"
