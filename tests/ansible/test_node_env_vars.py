@@ -25,7 +25,9 @@ PLAYBOOK = """
         - ROLES/node_env/vars/main.yml
     - name: Write them
       ansible.builtin.copy:
-        content: "{{ {'variables': node_env_variables, 'reserved': node_env_reserved} | to_json }}"
+        content: >-
+          {{ {'variables': node_env_variables, 'reserved': node_env_reserved,
+              'ray_settings': node_env_ray_settings} | to_json }}
         dest: "OUT/{{ inventory_hostname }}.json"
         mode: "0644"
 """
@@ -62,6 +64,12 @@ def test_efa_settings_only_where_efa_is_on(tmp_path: Path, efa: bool) -> None:
     assert variables["NCCL_SOCKET_IFNAME"] == "ens5"
     assert variables["RLINFRA_NODE_RANK"] == "1"
     assert variables["RLINFRA_NODE_IPS"] == "10.0.0.10\n10.0.0.11"
+    # What decides a restart of Ray: the node's settings, not the cluster's members.
+    settings = data["ray_settings"]
+    members = {f"{p}_{n}" for p in ("RLINFRA", "SKYPILOT") for n in ("NODE_IPS", "NUM_NODES")}
+    assert set(settings["variables"]) == set(variables) - members
+    assert settings["variables"]["RLINFRA_NODE_RANK"] == "1"
+    assert settings["path"][0].endswith("/venv/bin")
     efa_vars = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
     if efa:
         assert efa_vars.items() <= variables.items()
