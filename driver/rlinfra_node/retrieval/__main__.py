@@ -2,7 +2,8 @@
 
     python -m rlinfra_node.retrieval build  --settings S.json [--force]
     python -m rlinfra_node.retrieval serve  --settings S.json [--host H] [--port P]
-    python -m rlinfra_node.retrieval deploy --settings S.json --replicas N [--address URL] ...
+    python -m rlinfra_node.retrieval deploy --settings S.json --replicas N [--router front]
+                                            [--address URL] ...
     python -m rlinfra_node.retrieval status [--address URL]
     python -m rlinfra_node.retrieval sample --out corpus.jsonl[.gz] --passages N
 
@@ -60,15 +61,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from rlinfra_node.retrieval import api
+    from rlinfra_node.retrieval.server import ProcessServer
 
-    settings = _settings(args)
-    api.set_process_retriever(api.Retriever(settings))
-    uvicorn.run(
-        api.create_app(api.process_retriever), host=args.host, port=args.port, log_level="warning"
-    )
+    server = ProcessServer(api.Retriever(_settings(args)), args.host, args.port)
+    print(f"[retrieval] serving on {server.url}", file=sys.stderr, flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        server.close(drain_s=2.0)
     return 0
 
 
@@ -80,6 +81,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         num_cpus=args.num_cpus,
+        router=args.router,
         max_ongoing_requests=args.max_ongoing_requests,
         max_replicas_per_node=args.max_replicas_per_node,
     )
@@ -96,15 +98,30 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rlinfra_node.retrieval import serve_app
 
     details = serve_app.serve_details(args.address)
-    app = (details.get("applications") or {}).get(serve_app.APP_NAME) or {}
-    out = {
+    apps = details.get("applications") or {}
+    app = apps.get(serve_app.APP_NAME) or {}
+    keys = ("replica_id", "state", "node_ip", "pid", "actor_id")
+    router = serve_app.router_of(details)
+    out: dict[str, Any] = {
         "status": app.get("status"),
-        "http_options": details.get("http_options"),
-        "replicas": [
-            {key: r.get(key) for key in ("replica_id", "state", "node_ip", "pid", "actor_id")}
-            for r in serve_app.replicas(details)
-        ],
+        "router": router,
+        "replicas": [{key: r.get(key) for key in keys} for r in serve_app.replicas(details)],
     }
+    if router == "serve-proxy":
+        http = details.get("http_options") or {}
+        out["http_options"] = http
+        out["endpoint"] = f"http://{http.get('host')}:{http.get('port')}"
+    front = apps.get(serve_app.FRONT_APP)
+    if front:
+        args_ = (front.get("deployed_app_config") or {}).get("args") or {}
+        out["endpoint"] = f"http://{args_.get('host')}:{args_.get('port')}"
+        out["front"] = {
+            "status": front.get("status"),
+            "replicas": [
+                {key: r.get(key) for key in keys}
+                for r in serve_app.replicas(details, serve_app.FRONT_APP)
+            ],
+        }
     print(json.dumps(out, sort_keys=True))
     return 0
 
@@ -115,6 +132,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     sample.write(Path(args.out), args.passages, args.seed)
     print(json.dumps({"out": args.out, "passages": args.passages}))
     return 0
+
+
+def serve_routers() -> tuple[str, ...]:
+    from rlinfra_node.retrieval.serve_app import ROUTERS
+
+    return ROUTERS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,7 +151,7 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="rebuild the index even if present")
     build.set_defaults(func=cmd_build)
 
-    serve = sub.add_parser("serve", help="one server process (uvicorn), no Ray")
+    serve = sub.add_parser("serve", help="one server process (batched searches), no Ray")
     _add_settings_flags(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -140,7 +163,16 @@ def parser() -> argparse.ArgumentParser:
     deploy.add_argument("--host", default="127.0.0.1")
     deploy.add_argument("--port", type=int, default=8000)
     deploy.add_argument("--num-cpus", type=float, default=1.0)
-    deploy.add_argument("--max-ongoing-requests", type=int, default=16)
+    deploy.add_argument(
+        "--router",
+        choices=serve_routers(),
+        default="front",
+        help="front: replicas serve HTTP themselves behind a light front on the head; "
+        "serve-proxy: Serve's HTTP proxy (the previous path)",
+    )
+    deploy.add_argument(
+        "--max-ongoing-requests", type=int, default=16, help="serve-proxy router only"
+    )
     deploy.add_argument("--max-replicas-per-node", type=int, default=None)
     deploy.add_argument("--address", default=DASHBOARD, help="Ray dashboard URL")
     deploy.add_argument("--timeout", type=float, default=900.0)

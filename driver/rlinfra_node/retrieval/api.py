@@ -14,6 +14,10 @@ Response: one list per query, best passage first. Verl reads ``result[i][j]["doc
 gets a 4xx answer ``{"error": "...", "status": N}`` and leaves the server as it was: 400 for a
 body that is not a JSON object, 413 for too many queries or too large a body, 422 for a field of
 the wrong type or out of range.
+
+``create_app`` is the FastAPI app that Serve's proxy path (``serve_app``, router
+``serve-proxy``) runs in each replica. The default path serves the same routes with the same
+answers from ``server`` (a lighter HTTP layer, with batched searches).
 """
 
 import json
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlinfra_node.retrieval.batching import Query
 from rlinfra_node.retrieval.settings import Settings
 
 SERVICE = "rlinfra-retrieval"
@@ -38,8 +43,9 @@ class BadRequest(Exception):
 class Retriever:
     """A corpus, its index and the encoder, loaded once per process; searches are serialised.
 
-    One search at a time per process keeps the encoder's threads from fighting each other:
-    throughput comes from more replicas, latency from fewer requests in flight per replica.
+    One search at a time per process keeps the encoder's threads from fighting each other.
+    ``search_batch`` answers several requests with one encoder call and one index search (see
+    ``batching``, which feeds it); ``search`` is a batch of one.
     """
 
     def __init__(self, settings: Settings, build: bool = True) -> None:
@@ -54,6 +60,13 @@ class Retriever:
         self.corpus = loaded.corpus
         self.index = loaded.index
         self.meta = loaded.meta
+        self._exact = index_mod.ExactSearch(loaded.index)
+        if settings.threads:
+            # FAISS runs OpenMP on every core by default: next to other replicas on the same
+            # cores its threads spin and wait on each other. Give it the encoder's share.
+            import faiss
+
+            faiss.omp_set_num_threads(settings.threads)
         self._lock = threading.Lock()
         self.load_s = round(time.monotonic() - started, 3)
 
@@ -64,24 +77,46 @@ class Retriever:
     def search(
         self, queries: list[str], topk: int, return_scores: bool
     ) -> list[list[dict[str, Any]]]:
-        k = min(topk, self.passages)
+        return self.search_batch([Query(queries, topk, return_scores)])[0]
+
+    def search_batch(self, requests: list[Query]) -> list[list[list[dict[str, Any]]]]:
+        """Each request's result, from one encoder call and one index search for all of them."""
+        texts = [text for request in requests for text in request.queries]
+        k = min(max(request.topk for request in requests), self.passages)
         with self._lock:
             vectors = self.encoder.encode(
-                queries, self.settings.query_prefix, self.settings.batch_size
+                texts, self.settings.query_prefix, self.settings.batch_size
             )
-            scores, rows = self.index.search(vectors, k)
-        out: list[list[dict[str, Any]]] = []
-        for query_scores, query_rows in zip(scores.tolist(), rows.tolist(), strict=True):
-            hits: list[dict[str, Any]] = []
-            for score, row in zip(query_scores, query_rows, strict=True):
-                if row < 0:
-                    continue
-                hit: dict[str, Any] = {"document": self.corpus.document(row)}
-                if return_scores:
-                    hit["score"] = float(score)
-                hits.append(hit)
-            out.append(hits)
+            scores, rows = self._exact.search(vectors, k)
+        all_scores: list[list[float]] = scores.tolist()
+        all_rows: list[list[int]] = rows.tolist()
+        out: list[list[list[dict[str, Any]]]] = []
+        start = 0
+        for request in requests:
+            end = start + len(request.queries)
+            out.append(
+                [
+                    self._hits(query_scores, query_rows, request.topk, request.return_scores)
+                    for query_scores, query_rows in zip(
+                        all_scores[start:end], all_rows[start:end], strict=True
+                    )
+                ]
+            )
+            start = end
         return out
+
+    def _hits(
+        self, scores: list[float], rows: list[int], topk: int, return_scores: bool
+    ) -> list[dict[str, Any]]:
+        hits: list[dict[str, Any]] = []
+        for score, row in zip(scores[:topk], rows[:topk], strict=True):
+            if row < 0:
+                continue
+            hit: dict[str, Any] = {"document": self.corpus.document(row)}
+            if return_scores:
+                hit["score"] = float(score)
+            hits.append(hit)
+        return hits
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -262,6 +262,54 @@ def ensure(
         time.sleep(poll_s)
 
 
+class ExactSearch:
+    """Exact inner-product search of a flat index, with torch's matrix multiply for batches.
+
+    FAISS's flat search costs about the same per query whatever the batch on these CPUs (about
+    2 ms per query over 10k x 384 for 1, 8 or 64 queries); torch's sgemm and top-k score 32
+    queries in about a quarter of FAISS's time. Batching the encoder pays only if the search
+    batches too, so a batch of two or more queries is scored with torch over the index's own
+    vectors (a view, no copy), in blocks of ``BLOCK_ROWS`` rows to bound memory; a single query
+    goes to FAISS, which is faster for one. Both are exact: the same passages, scores equal to
+    float rounding (a tie between two passages may come out in either order).
+    """
+
+    BLOCK_ROWS = 1 << 16
+
+    def __init__(self, index: Any) -> None:
+        import faiss
+        import numpy as np
+        import torch
+
+        self.index = index
+        self._flat = None
+        if isinstance(index, faiss.IndexFlat) and index.metric_type == faiss.METRIC_INNER_PRODUCT:
+            view = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d)
+            self._flat = torch.from_numpy(np.asarray(view).reshape(index.ntotal, index.d))
+
+    def search(self, vectors: Any, k: int) -> tuple[Any, Any]:
+        """(scores, rows), each ``len(vectors) x k``, best first."""
+        if self._flat is None or len(vectors) < 2:
+            return self.index.search(vectors, k)
+        import torch
+
+        queries = torch.from_numpy(vectors)
+        best_scores: Any = None
+        best_rows: Any = None
+        with torch.inference_mode():
+            for start in range(0, self._flat.shape[0], self.BLOCK_ROWS):
+                block = self._flat[start : start + self.BLOCK_ROWS]
+                scores, rows = torch.topk(queries @ block.T, min(k, block.shape[0]), dim=1)
+                rows += start
+                if best_scores is not None:
+                    scores = torch.cat([best_scores, scores], dim=1)
+                    rows = torch.cat([best_rows, rows], dim=1)
+                    scores, picked = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+                    rows = torch.gather(rows, 1, picked)
+                best_scores, best_rows = scores, rows
+        return best_scores.numpy(), best_rows.numpy()
+
+
 @dataclass
 class Loaded:
     corpus: Corpus
@@ -290,6 +338,7 @@ def load(settings: Settings, encoder: Encoder) -> Loaded:
 __all__ = [
     "CorpusError",
     "Encoder",
+    "ExactSearch",
     "IndexBuildError",
     "Loaded",
     "RetrievalError",

@@ -50,8 +50,13 @@ class Settings:
     max_topk: int = 50
     max_queries: int = 128
     max_query_chars: int = 4096
-    # Intra-op threads for encoding (None: the library's default).
+    # Intra-op threads for encoding and FAISS (None: the libraries' defaults).
     threads: int | None = None
+    # Serving (the replicas' own HTTP path, rlinfra_node.retrieval.batching): concurrent requests
+    # are encoded together, at most this many queries per batch ...
+    max_batch_queries: int = 32
+    # ... and at most this many queries wait per process; a request beyond it gets 503 at once.
+    max_queued_queries: int = 512
     # Seconds after which a build lock whose holder stopped touching it is taken over.
     lock_stale_s: float = 600.0
 
@@ -69,6 +74,8 @@ class Settings:
             problems.append("max_queries and max_query_chars must be at least 1")
         if self.threads is not None and self.threads < 1:
             problems.append("threads must be at least 1")
+        if self.max_batch_queries < 1 or self.max_queued_queries < 1:
+            problems.append("max_batch_queries and max_queued_queries must be at least 1")
         if problems:
             raise ValueError("retrieval settings: " + "; ".join(problems))
 

@@ -1,0 +1,363 @@
+"""HTTP/1.1 over asyncio streams: the little that the replicas and the front need, and no more.
+
+Why not FastAPI and uvicorn: at one client, a request through FastAPI + uvicorn cost about
+1.5 ms of CPU in this 2-core box before any search ran (routing, dependency checks, the
+ASGI message dance, Starlette's JSONResponse), and the search itself costs a few ms; the routes
+here are three fixed paths with JSON in and out. This module reads a request (``Content-Length``
+or chunked body, ``Expect: 100-continue``, keep-alive as HTTP/1.0 and 1.1 define it), refuses a
+body over the limit before reading it, and writes a response with ``Content-Length``; the front
+also reads responses with it. One ``Server`` serves a ``Handler`` on a socket and knows how many
+requests are in flight, so a replica can drain before it stops.
+
+Everything here is transport: what a route answers lives in ``server`` (replicas) and ``front``
+(the head's router).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, TypeVar
+
+HEAD_LIMIT = 64 * 1024
+JSON_TYPE = "application/json"
+T = TypeVar("T")
+
+
+class HttpError(Exception):
+    """A request that cannot be read: answered with ``status`` and the connection closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = JSON_TYPE
+
+
+@dataclass
+class Response:
+    """A response as the front reads it from a replica."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+
+
+Handler = Callable[[Request], Awaitable[Reply]]
+
+
+def json_bytes(data: Any) -> bytes:
+    """JSON as Starlette's JSONResponse writes it, so both HTTP paths answer the same bytes."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def error_reply(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
+    """The API's error shape: ``{"error": "...", "status": N}``."""
+    return Reply(status, json_bytes({"error": message, "status": status}), headers)
+
+
+def reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def encode_response(reply: Reply, keep_alive: bool, head_only: bool = False) -> bytes:
+    lines = [
+        f"HTTP/1.1 {reply.status} {reason(reply.status)}",
+        f"content-type: {reply.content_type}",
+        f"content-length: {len(reply.body)}",
+    ]
+    lines += [f"{name}: {value}" for name, value in reply.headers]
+    if not keep_alive:
+        lines.append("connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + reply.body
+
+
+def encode_request(method: str, path: str, body: bytes, host: str) -> bytes:
+    head = (
+        f"{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {JSON_TYPE}\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
+    """The start line and the headers (names lower-cased, repeats joined with ', ')."""
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise HttpError(400, f"malformed header line {line[:80]!r}")
+        key = name.lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return lines[0], headers
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        return await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial.strip():
+            raise HttpError(400, "the request head ended early") from None
+        return None
+    except asyncio.LimitOverrunError:
+        raise HttpError(431, f"the request head is larger than {HEAD_LIMIT} bytes") from None
+
+
+async def _read_chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise HttpError(400, "malformed chunk size") from None
+        if size == 0:
+            while await reader.readuntil(b"\r\n") != b"\r\n":
+                pass  # trailers: none of them matter here
+            return b"".join(chunks)
+        total += size
+        if total > limit:
+            raise HttpError(413, f"request body is larger than {limit} bytes")
+        chunks.append(await reader.readexactly(size))
+        if await reader.readexactly(2) != b"\r\n":
+            raise HttpError(400, "malformed chunk")
+
+
+async def read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int
+) -> Request | None:
+    """The next request on a connection; None when the client closed it between requests."""
+    head = await _read_head(reader)
+    if head is None:
+        return None
+    start, headers = _parse_head(head)
+    parts = start.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise HttpError(400, f"malformed request line {start[:80]!r}")
+    method, target, version = parts
+    connection = headers.get("connection", "").lower()
+    # HTTP/1.1 keeps the connection unless told to close; 1.0 closes unless told to keep it.
+    keep_alive = "close" not in connection if version != "HTTP/1.0" else "keep-alive" in connection
+    encoding = headers.get("transfer-encoding", "").lower()
+    length = headers.get("content-length")
+    if encoding:
+        if encoding != "chunked":
+            raise HttpError(501, f"transfer-encoding {encoding!r} is not supported")
+        _continue(writer, headers)
+        body = await _read_chunked(reader, max_body)
+    elif length is not None:
+        if not length.isdigit():
+            raise HttpError(400, f"malformed content-length {length[:40]!r}")
+        if int(length) > max_body:
+            raise HttpError(413, f"request body is larger than {max_body} bytes")
+        _continue(writer, headers)
+        body = await reader.readexactly(int(length))
+    else:
+        body = b""
+    return Request(method, target.split("?", 1)[0], headers, body, keep_alive)
+
+
+def _continue(writer: asyncio.StreamWriter, headers: dict[str, str]) -> None:
+    if headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+async def read_response(reader: asyncio.StreamReader, limit: int = 1 << 30) -> Response:
+    """A response from a replica (raises on a closed or broken connection)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    start, headers = _parse_head(head)
+    parts = start.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ConnectionError(f"malformed status line {start[:80]!r}")
+    keep_alive = "close" not in headers.get("connection", "").lower()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = await _read_chunked(reader, limit)
+    elif "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    else:
+        body = await reader.read()
+        keep_alive = False
+    return Response(int(parts[1]), headers, body, keep_alive)
+
+
+@dataclass
+class Server:
+    """``handler`` on ``host:port`` (port 0: any free one), keep-alive, with an in-flight count."""
+
+    handler: Handler
+    host: str
+    port: int
+    max_body: int
+    name: str = "retrieval"
+    in_flight: int = 0
+    _server: asyncio.Server | None = None
+    _connections: set[asyncio.StreamWriter] = field(default_factory=set)
+    _idle: asyncio.Event | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._server = await asyncio.start_server(
+            self._connection, self.host, self.port, limit=HEAD_LIMIT, backlog=2048
+        )
+        sockname = self._server.sockets[0].getsockname()
+        self.port = int(sockname[1])
+        return str(sockname[0]), self.port
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while True:
+                try:
+                    request = await read_request(reader, writer, self.max_body)
+                except HttpError as exc:
+                    writer.write(encode_response(error_reply(exc.status, exc.message), False))
+                    await _close_after_error(reader, writer)
+                    return
+                if request is None:
+                    return
+                self._enter()
+                try:
+                    reply = await self._answer(request)
+                    head_only = request.method == "HEAD"
+                    writer.write(encode_response(reply, request.keep_alive, head_only))
+                    await writer.drain()
+                finally:
+                    self._leave()
+                if not request.keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            return
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    async def _answer(self, request: Request) -> Reply:
+        try:
+            return await self.handler(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must cost one request, not the connection's loop
+            log(f"{self.name}: {request.method} {request.path} failed: {exc!r}")
+            return error_reply(500, f"internal error: {exc.__class__.__name__}")
+
+    def _enter(self) -> None:
+        self.in_flight += 1
+        assert self._idle is not None
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def close(self, drain_s: float = 0.0) -> None:
+        """Stop accepting, let requests in flight finish (at most ``drain_s``), then close."""
+        if self._server is not None:
+            self._server.close()
+        if drain_s > 0 and self._idle is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), drain_s)
+        for writer in list(self._connections):
+            writer.close()
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+
+async def _close_after_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Half-close, then read what the client still sends: closing a socket with unread data
+    resets the connection, and the client would lose the answer (a 413 before the body)."""
+    with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError, RuntimeError):
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+        async def discard() -> None:
+            while await reader.read(1 << 16):
+                pass
+
+        await asyncio.wait_for(discard(), 5.0)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it is installed (Ray Serve brings it), else asyncio's own loop."""
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        return loop
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+class LoopThread:
+    """An event loop of its own in a daemon thread: servers keep running whatever the caller's
+    own loop (Serve's replica loop, a test's thread) is doing."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.loop.is_running()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop from another thread and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The same from a coroutine on another loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+def log(message: str) -> None:
+    print(f"[retrieval] {message}", file=sys.stderr, flush=True)
