@@ -649,6 +649,64 @@ def test_a_full_batcher_refuses_at_once_and_a_lone_large_request_still_fits() ->
     asyncio.run(scenario())
 
 
+def test_closing_the_batcher_answers_every_request_it_holds() -> None:
+    """The batch that runs, the requests that wait and any that come later get ``Overloaded``
+    (503, which the front passes to another replica); none waits for an answer that never comes."""
+    entered = threading.Event()
+    release = threading.Event()
+
+    def search_batch(queries: list[Query]) -> list[Any]:
+        entered.set()
+        release.wait(60)
+        return [[[] for _ in q.queries] for q in queries]
+
+    async def scenario() -> None:
+        batcher = Batcher(search_batch, max_batch_queries=1, max_queued_queries=10)
+        running = asyncio.ensure_future(batcher.search(["a"], 1, False))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(batcher.search(["b"], 1, False))
+        while batcher.queued_queries < 1:
+            await asyncio.sleep(0.01)
+        await batcher.close()
+        answers = await asyncio.wait_for(
+            asyncio.gather(running, waiting, return_exceptions=True), 5
+        )
+        assert [type(answer) for answer in answers] == [Overloaded, Overloaded]
+        with pytest.raises(Overloaded, match="stopping"):
+            await asyncio.wait_for(batcher.search(["c"], 1, False), 5)
+        release.set()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        release.set()
+
+
+def test_a_failed_batch_fails_its_requests_and_the_batcher_serves_on() -> None:
+    calls: list[int] = []
+
+    def search_batch(queries: list[Query]) -> list[Any]:
+        calls.append(len(queries))
+        if len(calls) == 1:
+            raise ValueError("encoder failed")
+        if len(calls) == 2:
+            return []  # a bug: no answer for the request
+        return [[[] for _ in q.queries] for q in queries]
+
+    async def scenario() -> None:
+        batcher = Batcher(search_batch, max_batch_queries=8, max_queued_queries=8)
+        with pytest.raises(ValueError, match="encoder failed"):
+            await asyncio.wait_for(batcher.search(["a"], 1, False), 5)
+        with pytest.raises(RuntimeError, match="answered 0 of 1 requests"):
+            await asyncio.wait_for(batcher.search(["b"], 1, False), 5)
+        assert batcher.alive
+        assert await asyncio.wait_for(batcher.search(["c"], 1, False), 5) == [[]]
+        await batcher.close()
+
+    asyncio.run(scenario())
+
+
 class GatedRetriever:
     """The real Retriever, except that its batches wait for ``release`` (a replaced part: it
     holds a batch so that a test can fill the queue behind it)."""

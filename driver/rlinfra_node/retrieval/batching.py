@@ -73,6 +73,10 @@ class Batcher:
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retrieval-batch")
         self._task: asyncio.Task[None] | None = None
+        # The batch on the worker thread, and whether close() ran: neither may leave a request
+        # waiting on a future that nothing will resolve.
+        self._running: list[_Waiting] = []
+        self._closed = False
         # Counters for tests and the replica's health check.
         self.batches = 0
         self.largest_batch = 0
@@ -88,6 +92,8 @@ class Batcher:
 
     async def search(self, queries: list[str], topk: int, return_scores: bool) -> Result:
         """This request's result, computed in the next batch; ``Overloaded`` if the queue is full."""
+        if self._closed:
+            raise Overloaded("the server is stopping")
         self.start()
         if self.queued_queries + len(queries) > self.max_queued_queries and self._waiting:
             raise Overloaded(
@@ -126,15 +132,22 @@ class Batcher:
                 if not batch:
                     continue
                 queries = [item.query for item in batch]
+                self._running = batch  # close() answers these if it stops the worker mid-batch
                 try:
                     results = await loop.run_in_executor(
                         self._executor, self._search_batch, queries
                     )
-                except Exception as exc:
+                    if len(results) != len(batch):
+                        raise RuntimeError(
+                            f"search_batch answered {len(results)} of {len(batch)} requests"
+                        )
+                except Exception as exc:  # a failed batch fails its requests, not the worker
+                    self._running = []
                     for item in batch:
                         if not item.future.done():
                             item.future.set_exception(exc)
                     continue
+                self._running = []
                 self.batches += 1
                 self.largest_batch = max(self.largest_batch, sum(len(q.queries) for q in queries))
                 for item, result in zip(batch, results, strict=True):
@@ -142,13 +155,17 @@ class Batcher:
                         item.future.set_result(result)
 
     async def close(self) -> None:
-        """Stop the worker; requests still waiting get ``Overloaded``."""
+        """Stop the worker; requests still waiting, those of the batch that runs and any that
+        come later get ``Overloaded`` (HTTP 503: the front passes them to another replica)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while self._waiting:
-            item = self._waiting.popleft()
+        stopping = [*self._running, *self._waiting]
+        self._running = []
+        self._waiting.clear()
+        for item in stopping:
             if not item.future.done():
                 item.future.set_exception(Overloaded("the server is stopping"))
         self.queued_queries = 0
