@@ -876,6 +876,58 @@ def test_front_prefers_the_replica_with_fewer_requests_in_flight() -> None:
     assert backends.choose({"a", "b", "c"}) is None
 
 
+def test_a_replica_that_left_is_not_brought_back_by_a_late_registration() -> None:
+    """A stopping replica leaves the front while a registration it sent just before may still be
+    on its way; that one must not route requests to it again. One that was only forgotten
+    (silent for ``stale_s``) comes back when it registers again."""
+    backends = Backends(stale_s=10.0)
+    backends.register("a", "http://10.0.0.5:4000", now=100.0)
+    backends.register("b", "http://10.0.0.6:4000", now=100.0)
+    backends.deregister("a")
+    backends.register("a", "http://10.0.0.5:4000", now=101.0)
+    assert {b.replica_id for b in backends.usable(now=101.0)} == {"b"}
+    backends.expire(now=111.0)
+    assert backends.usable(now=111.0) == []
+    backends.register("b", "http://10.0.0.6:4000", now=112.0)
+    assert {b.replica_id for b in backends.usable(now=112.0)} == {"b"}
+
+
+def test_front_routes_around_a_replica_that_answers_garbage(
+    built: dict[str, Any], replica: ProcessServer
+) -> None:
+    """A replica whose answer cannot be read (here a content-length that is no number) is taken
+    out like an unreachable one; the client gets its answer from another replica, not a 500."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def garble() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n{}")
+
+    thread = threading.Thread(target=garble, daemon=True)
+    thread.start()
+    garbled = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    front = start_front(built["settings"], ("garbled", garbled), ("alive", replica.url))
+    try:
+        ask = {"queries": ["largest coral reef on earth"], "topk": 1}
+        for _ in range(4):
+            status, _, data = _post(front.port, ask)
+            assert status == 200 and data["result"][0][0]["document"]["id"] == "k5"
+        assert front.replicas() == 1
+    finally:
+        front.close()
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
 def _raw(port: int, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(data)

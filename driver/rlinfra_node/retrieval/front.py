@@ -11,7 +11,8 @@ is a small asyncio proxy, about 0.3 ms of CPU a request, where Serve's HTTP prox
 - A replica that cannot be reached (refused, reset, closed before answering) is taken out at
   once and the request goes to the next one; /retrieve only reads, so a retry is safe. It comes
   back when it registers again (a live replica does so within ``REGISTER_PERIOD_S``); one that
-  stops registering is forgotten after ``stale_s``. A kept-alive connection that fails is
+  stops registering is forgotten after ``stale_s``. One that left (``deregister``, as a replica
+  does when Serve stops it) stays out: a registration it sent just before arrives late. A kept-alive connection that fails is
   retried once on a new connection to the same replica before the replica is taken out.
 - A replica that answers 503 (its queue is full) passes the request to the next one; when every
   replica is full, the client gets the 503 (with ``Retry-After``). One that does not answer
@@ -48,6 +49,9 @@ REGISTER_PERIOD_S = 2.0
 STALE_S = 10.0
 REPLICAS_HEADER = "x-rlinfra-replicas"
 IDLE_CONNECTIONS = 64
+# Replicas that left, remembered so that a late registration does not bring one back (Serve gives
+# each replica an id of its own: one that left never registers again on purpose).
+LEFT_REMEMBERED = 4096
 # Headers a replica's answer carries that the client should see.
 PASSED_HEADERS = ("retry-after", "allow")
 
@@ -82,12 +86,15 @@ class Backends:
     def __init__(self, stale_s: float = STALE_S) -> None:
         self.stale_s = stale_s
         self._by_id: dict[str, Backend] = {}
+        self._left: dict[str, None] = {}
         self._turn = 0
 
     def register(self, replica_id: str, url: str, now: float | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise ValueError(f"replica {replica_id}: {url!r} is not http://HOST:PORT")
+        if replica_id in self._left:
+            return
         now = time.monotonic() if now is None else now
         known = self._by_id.get(replica_id)
         if known is not None and (known.host, known.port) == (parts.hostname, parts.port):
@@ -102,10 +109,18 @@ class Backends:
         log(f"front: routing to replica {replica_id} at {url}")
 
     def deregister(self, replica_id: str) -> None:
+        """The replica left: forget it, and ignore its registrations from now on."""
+        self._left[replica_id] = None
+        while len(self._left) > LEFT_REMEMBERED:
+            del self._left[next(iter(self._left))]
+        if self._forget(replica_id):
+            log(f"front: replica {replica_id} left")
+
+    def _forget(self, replica_id: str) -> bool:
         backend = self._by_id.pop(replica_id, None)
         if backend is not None:
             backend.close()
-            log(f"front: replica {replica_id} left")
+        return backend is not None
 
     def mark_down(self, backend: Backend, why: str) -> None:
         if not backend.down:
@@ -118,7 +133,7 @@ class Backends:
         for backend in list(self._by_id.values()):
             if now - backend.seen > self.stale_s:
                 log(f"front: replica {backend.replica_id} stopped registering; forgotten")
-                self.deregister(backend.replica_id)
+                self._forget(backend.replica_id)  # it may register again: it did not leave
 
     def usable(self, now: float | None = None) -> list[Backend]:
         now = time.monotonic() if now is None else now

@@ -132,17 +132,24 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
         raise HttpError(431, f"the request head is larger than {HEAD_LIMIT} bytes") from None
 
 
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.readuntil(b"\r\n")
+    except asyncio.LimitOverrunError:
+        raise HttpError(400, f"a chunk line is longer than {HEAD_LIMIT} bytes") from None
+
+
 async def _read_chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
     chunks: list[bytes] = []
     total = 0
     while True:
-        line = await reader.readuntil(b"\r\n")
+        line = await _read_line(reader)
         try:
             size = int(line.split(b";", 1)[0].strip(), 16)
         except ValueError:
             raise HttpError(400, "malformed chunk size") from None
         if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":
+            while await _read_line(reader) != b"\r\n":
                 pass  # trailers: none of them matter here
             return b"".join(chunks)
         total += size
@@ -193,17 +200,24 @@ def _continue(writer: asyncio.StreamWriter, headers: dict[str, str]) -> None:
 
 
 async def read_response(reader: asyncio.StreamReader, limit: int = 1 << 30) -> Response:
-    """A response from a replica (raises on a closed or broken connection)."""
-    head = await reader.readuntil(b"\r\n\r\n")
+    """A response from a replica (raises ``OSError``, ``IncompleteReadError`` or ``HttpError`` on
+    a closed, broken or garbled connection: whatever the replica sends, the front routes on)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        raise ConnectionError(f"a response head larger than {HEAD_LIMIT} bytes") from None
     start, headers = _parse_head(head)
     parts = start.split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
         raise ConnectionError(f"malformed status line {start[:80]!r}")
     keep_alive = "close" not in headers.get("connection", "").lower()
+    length = headers.get("content-length")
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = await _read_chunked(reader, limit)
-    elif "content-length" in headers:
-        body = await reader.readexactly(int(headers["content-length"]))
+    elif length is not None:
+        if not length.isdigit() or int(length) > limit:
+            raise ConnectionError(f"bad content-length {length[:40]!r} in a response")
+        body = await reader.readexactly(int(length))
     else:
         body = await reader.read()
         keep_alive = False
