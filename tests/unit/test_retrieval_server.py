@@ -805,6 +805,34 @@ def test_a_replica_serves_many_concurrent_clients(built: dict[str, Any]) -> None
             assert verl_format(data["result"])[0].startswith(f"Doc 1 (Title: {title})\n")
 
 
+def test_a_draining_replica_answers_what_it_holds_and_closes_the_connection(
+    built: dict[str, Any],
+) -> None:
+    """close(drain_s) lets the request in flight finish; its answer says ``connection: close``,
+    so a kept-alive client does not send the next request into a socket about to close."""
+    gated = GatedRetriever(built["retriever"])
+    server = ProcessServer(gated, "127.0.0.1", 0)  # type: ignore[arg-type]
+    closer = threading.Thread(target=server.close, kwargs={"drain_s": 30.0})
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    body = json.dumps({"queries": ["Who painted the Mona Lisa?"], "topk": 1})
+    try:
+        connection.request("POST", "/retrieve", body, {"Content-Type": "application/json"})
+        assert gated.running.wait(60)
+        closer.start()
+        deadline = time.monotonic() + 30
+        while server.healthy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not server.healthy  # no longer listening, still draining
+        gated.release.set()
+        response = connection.getresponse()
+        assert response.status == 200 and response.getheader("connection") == "close"
+        assert json.loads(response.read())["result"][0][0]["document"]["id"] == "k8"
+    finally:
+        gated.release.set()
+        closer.join(60)
+        connection.close()
+
+
 # ---------------------------------------------------------------- the front
 
 

@@ -234,6 +234,9 @@ class Server:
     max_body: int
     name: str = "retrieval"
     in_flight: int = 0
+    # Set by close(): answers from then on close their connection, so a kept-alive client
+    # neither sends more requests during the drain nor loses one sent as the socket closes.
+    closing: bool = False
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
     _idle: asyncio.Event | None = None
@@ -267,12 +270,13 @@ class Server:
                 self._enter()
                 try:
                     reply = await self._answer(request)
+                    keep_alive = request.keep_alive and not self.closing
                     head_only = request.method == "HEAD"
-                    writer.write(encode_response(reply, request.keep_alive, head_only))
+                    writer.write(encode_response(reply, keep_alive, head_only))
                     await writer.drain()
                 finally:
                     self._leave()
-                if not request.keep_alive:
+                if not keep_alive:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
             return
@@ -301,6 +305,7 @@ class Server:
 
     async def close(self, drain_s: float = 0.0) -> None:
         """Stop accepting, let requests in flight finish (at most ``drain_s``), then close."""
+        self.closing = True
         if self._server is not None:
             self._server.close()
         if drain_s > 0 and self._idle is not None:
