@@ -30,15 +30,22 @@ class ModelServing(_Strict):
 class RetrievalServing(_Strict):
     """A replicated retrieval service (Ray Serve) behind one endpoint on the head node.
 
+    Serve places and replaces the replicas; each replica serves HTTP on a free port of its node's
+    private address and the endpoint (a light router on the head, ``rlinfra_node.retrieval.front``)
+    forwards requests to them, so the nodes must reach each other on any port (as Ray needs).
+
     The corpus and its FAISS index live in the bucket (``data_dir``, by default
     ``<first storage mount>/retrieval/<corpus>``), fetched and built once, then reused by every
     replica and by later clusters. See ``rlinfra_node.retrieval`` for the API.
     """
 
     replicas: int = Field(default=3, ge=1, le=64, description="Ray Serve replicas.")
-    port: int = Field(default=8000, ge=1024, le=65535, description="Serve's HTTP port (head).")
+    port: int = Field(
+        default=8000, ge=1024, le=65535, description="The endpoint's port on the head (the front)."
+    )
     host: str = Field(
-        default="127.0.0.1", description="Serve's bind address; 0.0.0.0 needs allow_public."
+        default="127.0.0.1",
+        description="The endpoint's bind address on the head; 0.0.0.0 needs allow_public.",
     )
     corpus: str = Field(
         default="wiki-18-100k", description="Corpus name: the folder under <bucket>/retrieval/."
@@ -114,7 +121,7 @@ class RetrievalServing(_Strict):
 
     @property
     def bind_host(self) -> str:
-        """Where Serve listens: every interface when other clusters use it, else ``host``."""
+        """Where the endpoint listens: every interface when other clusters use it, else ``host``."""
         return "0.0.0.0" if self.clients else self.host
 
     @field_validator("data_dir")
