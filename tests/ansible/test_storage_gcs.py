@@ -123,3 +123,19 @@ def test_storage_role_mounts_and_copies_a_cloud_storage_bucket(
         assert third.changed_tasks() == [] and not any(third.changed().values())
     finally:
         _unmount(mounted)
+
+
+def test_an_emulator_endpoint_is_refused_on_the_gcp_cloud(tmp_path: Path) -> None:
+    """The endpoint turns the credentials off: a cluster of the gcp cloud never takes it."""
+    play = tmp_path / "storage.yml"
+    play.write_text(STORAGE_PLAY)
+    extravars = {
+        "rlinfra_cloud": "gcp",
+        "storage_backend": "gcs",
+        "storage_gcs_endpoint": "http://127.0.0.1:1/storage/v1/",
+        "storage_mounts": [{"bucket": "b", "mount_path": str(tmp_path / "m"), "mode": "MOUNT"}],
+    }
+    run = run_playbook(tmp_path / "run", str(play), _localhost(), extravars)
+    assert run.rc != 0
+    assert "storage_gcs_endpoint (emulators only) unset on the gcp" in "\n".join(run.failures())
+    assert not (tmp_path / "m").exists()
