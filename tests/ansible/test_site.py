@@ -74,7 +74,9 @@ def wheelhouse() -> Path:
     return build_wheelhouse()
 
 
-@pytest.fixture(scope="session")
+# Module scope: the hosts and their Ray go when this module's tests end, not at the end of the
+# whole run (they kept a 2-node Ray busy beside every later suite).
+@pytest.fixture(scope="module")
 def testbed() -> Iterator[Testbed]:
     problems = missing_requirements()
     if problems:
