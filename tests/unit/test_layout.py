@@ -40,6 +40,9 @@ def test_the_roles_use_the_controllers_layout() -> None:
     from rlinfra_node import job_runner
 
     assert str(job_runner.CONTRACT) == layout.CONTRACT  # the node side reads the members there
+    prefixes = role_vars("node_env", "defaults")["node_env_prefixes"]
+    members = {f"{p}_{n}" for p in prefixes for n in ("NODE_IPS", "NUM_NODES")}
+    assert set(job_runner.MEMBERSHIP) == members  # node_env_membership_variables
     assert f"> {layout.CONVERGED}" in (PLAYBOOKS / "site.yml").read_text().replace(".new", "")
 
 
