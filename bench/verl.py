@@ -116,7 +116,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Verl on the local cloud (CPU mode)",
         "",
-        f"Measured {results['date']} ({results['cpus']} CPUs), one run.",
+        f"Measured {results['date']} ({results['cpus']} CPUs), one run; package caches: "
+        f"{results['caches']}.",
         "",
         "| hosts | up (s) | up -> first step (s) | s/step (median) | steps |",
         "|---|---|---|---|---|",
@@ -159,13 +160,37 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "sizes": {},
     }
+
+    def save() -> None:
+        # After each stage, so a later failure keeps what was measured.
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "verl.json").write_text(json.dumps(results, indent=2) + "\n")
+        (RESULTS / "verl.md").write_text(markdown(results))
+
     try:
+        cache = Path(env["RLINFRA_CACHE"])
+        results["caches"] = "warm"
+        if not any(cache.glob("wheelhouse/*/.complete")):
+            # The first `up` on a machine downloads the wheelhouse and fills uv's cache; that is
+            # not Verl's start-up, so a cluster without its job fills them before any timing.
+            results["caches"] = "filled by an untimed up (--no-run) before the first size"
+            name = f"bv-{uuid.uuid4().hex[:5]}"
+            try:
+                cli(env, "up", "--cluster", name, "--num-nodes", "1", "--yes", "--no-run")
+            finally:
+                subprocess.run(
+                    [RLINFRA, "down", name, "--yes", "--delete-buckets"],
+                    env=env,
+                    capture_output=True,
+                )
         for size in [int(n) for n in args.sizes.split(",")]:
             name = f"bv-{uuid.uuid4().hex[:5]}"
             try:
                 results["sizes"][str(size)] = first_step_after_up(env, name, size)
+                save()
                 if size == 1:
                     results["overhead"] = overhead(env, name)
+                    save()
             finally:
                 subprocess.run(
                     [RLINFRA, "down", name, "--yes", "--delete-buckets"],
@@ -174,9 +199,7 @@ def main() -> None:
                 )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "verl.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "verl.md").write_text(markdown(results))
+    save()
     sys.stdout.write(markdown(results))
 
 

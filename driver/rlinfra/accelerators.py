@@ -20,6 +20,24 @@ KNOWN_ACCELERATORS: dict[str, int] = {
     "T4": 16,
 }
 
+# A device name as nvidia-smi reports it ("NVIDIA H100 80GB HBM3", "Tesla T4") -> the profile
+# name; longer names first, so L40S is not read as L4. A100s with 80 GB say so in their name.
+_DEVICE_NAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(rf"(?<![A-Z0-9]){pattern}(?![A-Z0-9])"))
+    for name, pattern in (
+        ("B200", "B200"),
+        ("H200", "H200"),
+        ("H100", "H100"),
+        ("A100-80GB", r"A100[ -](?:[A-Z0-9]+-)?80GB"),
+        ("A100", "A100"),
+        ("L40S", "L40S"),
+        ("L4", "L4"),
+        ("A10G", "A10G"),
+        ("V100", "V100"),
+        ("T4", "T4"),
+    )
+)
+
 _SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9-]*)(?::(?P<count>[^:]+))?$")
 
 
@@ -63,3 +81,12 @@ def parse_accelerator(spec: str) -> Accelerator:
     if not 1 <= count <= 16:
         raise ValueError(f"accelerator {spec!r}: count must be between 1 and 16")
     return Accelerator(name, count)
+
+
+def from_device_name(device: str) -> str | None:
+    """The profile name of a GPU that nvidia-smi calls ``device``; None when rlinfra has none."""
+    upper = device.upper()
+    for name, pattern in _DEVICE_NAMES:
+        if pattern.search(upper):
+            return name
+    return None

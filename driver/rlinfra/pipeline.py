@@ -75,6 +75,13 @@ def prepare(
         profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
     plan = make_plan(profile, source, request.cluster, tuple(changes))
+    if account is not None and profile.ssh is not None and profile.ssh.detect_gpus:
+        # `plan`, `render`, `up`: the hosts say what GPUs they have (read-only SSH).
+        from rlinfra.clouds.ssh import with_detected_gpus
+
+        profile, detected = with_detected_gpus(plan)
+        changes.append(detected)
+        plan = make_plan(profile, source, request.cluster, tuple(changes))
     for name, flag in request.overrides.secrets.items():
         if flag is not None and flag != "-" and not flag.startswith("@"):
             ui.warn(LITERAL_SECRET_WARNING.format(name=name))

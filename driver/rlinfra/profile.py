@@ -382,6 +382,11 @@ class Profile(_Strict):
                 f"resources.num_nodes {self.resources.num_nodes}: ssh.hosts lists "
                 f"{len(self.ssh.hosts)} host(s)"
             )
+        if self.ssh is not None and self.ssh.detect_gpus and self.resources.accelerators:
+            raise ValueError(
+                "ssh.detect_gpus: resources.accelerators is also set; declare the GPUs or "
+                "detect them, not both"
+            )
         return self
 
     @field_validator("env", mode="before")
@@ -762,6 +767,10 @@ def apply_overrides(
     if overrides.accelerators is not None:
         old_acc = ",".join(profile.resources.accelerators or []) or "none"
         data["resources"]["accelerators"] = overrides.accelerators
+        if profile.ssh is not None and profile.ssh.detect_gpus:
+            # --gpus says what the hosts have: nothing to detect.
+            data["ssh"]["detect_gpus"] = False
+            old_acc = "detect"
         changes.append(
             Override("resources.accelerators", old_acc, ",".join(overrides.accelerators))
         )

@@ -356,6 +356,18 @@ def test_preflight_refuses_a_gpu_count_it_does_not_see(bed: Bed) -> None:
     assert _opt(bed) == {"n0": FRESH, "n1": FRESH} and not bed.folder.exists()
 
 
+def test_gpus_are_detected_over_ssh_and_these_hosts_have_none(bed: Bed) -> None:
+    """ssh.detect_gpus reads each host with the preflight probe, through real SSH; these hosts
+    have no nvidia-smi, so the plan's nodes are CPU nodes (the unit tests give hosts GPUs)."""
+    profile = bed.profile("detect", {"ssh": {"detect_gpus": True}})
+    summary = bed.json("plan", "-p", str(profile), "-c", bed.cluster)
+    assert summary["accelerator"] is None
+    overrides: list[dict[str, str]] = summary["overrides"]  # type: ignore[assignment]
+    changed = [(o["old"], o["new"]) for o in overrides if o["field"] == "resources.accelerators"]
+    assert changed == [("detect", "none")]
+    assert _opt(bed) == {"n0": FRESH, "n1": FRESH} and not bed.folder.exists()
+
+
 def test_preflight_refuses_a_port_in_use(bed: Bed) -> None:
     listener = (
         "nohup python3 -c 'import socket, time; s = socket.socket(); "

@@ -481,3 +481,153 @@ def test_the_probe_reads_a_node_contract_as_the_node_env_role_writes_it(tmp_path
     assert facts.contract_cluster == "mine"
     assert facts.installed == ("node.json",)
     assert facts.clock is not None and facts.disk_free_gb is not None
+
+
+# ---------------------------------------------------------------- GPUs detected (ssh.detect_gpus)
+
+H100_ROW = "NVIDIA H100 80GB HBM3"
+
+
+def _stand_in_nvidia_smi(folder: Path, names: list[str]) -> Path:
+    """A host's nvidia-smi, answering the probe's two questions as the real one does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = "".join(f"GPU {i}: {name} (UUID: GPU-{i:08d})\\n" for i, name in enumerate(names))
+    rows = "".join(f"{name}\\n" for name in names)
+    tool = folder / "nvidia-smi"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in -L) printf "{listing}";; --query-gpu=name) printf "{rows}";; '
+        "*) exit 9;; esac\n"
+    )
+    tool.chmod(0o755)
+    return folder
+
+
+def _hosts_with(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpus: dict[str, list[str] | None]
+) -> list[str]:
+    """Each host's probe runs the real probe script with sh on this machine, its PATH holding
+    that host's stand-in nvidia-smi (or none); returns the hosts asked, in order."""
+    asked: list[str] = []
+    plain = "/usr/bin:/bin"
+
+    def argv(folder: Path, host: object, known_hosts: str | None = None) -> list[str]:
+        name = host.name  # type: ignore[attr-defined]
+        asked.append(name)
+        names = gpus[name]
+        path = plain if names is None else f"{_stand_in_nvidia_smi(tmp_path / name, names)}:{plain}"
+        # The probe's own argv ends with "sh -s", the remote command ssh would run.
+        return ["sh", "-c", f'PATH={shlex.quote(path)}; export PATH; eval "$0"']
+
+    monkeypatch.setattr(ssh_cloud, "_argv", argv)
+    return asked
+
+
+def _detecting(tmp_path: Path, **resources: object) -> Path:
+    data = {**BASE, "ssh": {**BASE["ssh"], "detect_gpus": True}}  # type: ignore[dict-item]
+    if resources:
+        data["resources"] = resources
+    return write(tmp_path, data)
+
+
+@pytest.mark.parametrize(
+    ("device", "name"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A10G", "A10G"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA L40", None),
+    ],
+)
+def test_nvidia_smi_names_map_to_the_profiles_names(device: str, name: str | None) -> None:
+    from rlinfra.accelerators import from_device_name
+
+    assert from_device_name(device) == name
+
+
+def test_detected_gpus_become_the_plans_accelerators(
+    cli: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _hosts_with(monkeypatch, tmp_path, {"gpu-a": [H100_ROW] * 8, "gpu-b": [H100_ROW] * 8})
+    path = _detecting(tmp_path)
+    summary = json.loads(cli("plan", "-p", str(path), "--json").out)
+    assert summary["accelerator"] == "H100:8"
+    assert {"field": "resources.accelerators", "old": "detect", "new": "H100:8"}.items() <= next(
+        o for o in summary["overrides"] if o["field"] == "resources.accelerators"
+    ).items()
+    assert sorted(asked) == ["gpu-a", "gpu-b"]
+    # What the nodes get is sized by it: Ray's GPUs and the acceptance check's count.
+    out = tmp_path / "review"
+    assert cli("render", "-p", str(path), "--out", str(out)).code == 0
+    rendered = "\n".join(p.read_text() for p in out.rglob("*.yml") if p.is_file())
+    assert "ray_cluster_num_gpus: 8" in rendered
+    assert "acceptance_expected_gpus_per_node: 8" in rendered
+    assert files_under(home) == []
+
+
+def test_hosts_without_gpus_are_cpu_nodes(
+    cli: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hosts_with(monkeypatch, tmp_path, {"gpu-a": None, "gpu-b": None})
+    shown = cli("plan", "-p", str(_detecting(tmp_path)), "--json")
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["accelerator"] is None
+
+
+@pytest.mark.parametrize(
+    ("gpus", "fragments"),
+    [
+        (
+            {"gpu-a": [H100_ROW] * 8, "gpu-b": [H100_ROW] * 4},
+            ["ssh.detect_gpus: the hosts differ", "gpu-a H100:8", "gpu-b H100:4"],
+        ),
+        ({"gpu-a": [H100_ROW] * 8, "gpu-b": None}, ["the hosts differ", "gpu-b none"]),
+        (
+            {"gpu-a": ["NVIDIA GeForce RTX 4090"], "gpu-b": ["NVIDIA GeForce RTX 4090"]},
+            ["gpu-a: GPU 'NVIDIA GeForce RTX 4090' is not one rlinfra knows"],
+        ),
+        (
+            {"gpu-a": [H100_ROW, "NVIDIA L4"], "gpu-b": [H100_ROW] * 2},
+            ["gpu-a has GPUs of several kinds"],
+        ),
+    ],
+)
+def test_detection_refuses_what_one_accelerator_cannot_say(
+    cli: Cli,
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    gpus: dict[str, list[str] | None],
+    fragments: list[str],
+) -> None:
+    _hosts_with(monkeypatch, tmp_path, gpus)
+    line = usage_line(cli("plan", "-p", str(_detecting(tmp_path))))
+    assert "p.yaml: ssh.detect_gpus" in line
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    assert files_under(home) == []
+
+
+def test_declared_gpus_and_validate_ask_no_host(
+    cli: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _hosts_with(monkeypatch, tmp_path, {"gpu-a": None, "gpu-b": None})
+    path = _detecting(tmp_path)
+    assert cli("validate", "-p", str(path)).code == 0
+    # --gpus says what the hosts have.
+    summary = json.loads(cli("plan", "-p", str(path), "--gpus", "L4:2", "--json").out)
+    assert summary["accelerator"] == "L4:2"
+    assert asked == []
+    both = _detecting(tmp_path, accelerators="H100:8")
+    line = usage_line(cli("validate", "-p", str(both)))
+    assert "declare the GPUs or detect them, not both" in line

@@ -203,6 +203,71 @@ def preflight(plan: Plan) -> None:
         )
 
 
+def detect_accelerator(plan: Plan) -> str | None:
+    """The GPUs every host has, read with nvidia-smi over SSH (``ssh.detect_gpus``): "H100:8",
+    or None when no host has any. Hosts that differ, or a GPU rlinfra has no name for, are
+    refused (exit 2) before anything changes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlinfra.accelerators import from_device_name
+    from rlinfra.clouds.ssh_preflight import parse_probe
+
+    nodes = hosts(plan)
+    folder = deployment_dir(plan.cluster)
+
+    def ask(index: int) -> Answer:
+        return probe_host([*_argv(folder, nodes[index], known_hosts="/dev/null"), "sh -s"])
+
+    with (
+        ui.step(f"GPUs of {len(nodes)} host(s), from nvidia-smi"),
+        ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool,
+    ):
+        answers = list(pool.map(ask, range(len(nodes))))
+    field = f"{plan.source}: ssh.detect_gpus"
+    found: dict[str, str] = {}
+    for node, answer in zip(nodes, answers, strict=True):
+        if answer.error:
+            raise UsageError(f"{field}: {node.name}: {answer.error}; nothing was changed")
+        facts = parse_probe(answer.output)
+        if facts.gpus is None or len(facts.gpu_names) != facts.gpus:
+            raise UsageError(f"{field}: {node.name}: nvidia-smi's GPUs could not be read")
+        kinds = {from_device_name(name) for name in facts.gpu_names}
+        if None in kinds:
+            unknown = next(n for n in facts.gpu_names if from_device_name(n) is None)
+            raise UsageError(
+                f"{field}: {node.name}: GPU {unknown!r} is not one rlinfra knows",
+                "Declare resources.accelerators instead (and leave ssh.detect_gpus out).",
+            )
+        if len(kinds) > 1:
+            raise UsageError(
+                f"{field}: {node.name} has GPUs of several kinds ({', '.join(sorted(facts.gpu_names))})",
+                "Declare resources.accelerators instead (and leave ssh.detect_gpus out).",
+            )
+        found[node.name] = f"{kinds.pop()}:{facts.gpus}" if facts.gpus else "none"
+    if len(set(found.values())) > 1:
+        seen = ", ".join(f"{name} {spec}" for name, spec in found.items())
+        raise UsageError(
+            f"{field}: the hosts differ ({seen}); a cluster's nodes must have the same GPUs",
+            "Give hosts of one kind, or declare resources.accelerators.",
+        )
+    spec = next(iter(found.values()))
+    return None if spec == "none" else spec
+
+
+def with_detected_gpus(plan: Plan) -> tuple[Profile, Any]:
+    """The profile with the hosts' GPUs as its resources.accelerators, and the change to show."""
+    from rlinfra.profile import Override
+
+    spec = detect_accelerator(plan)
+    ssh = section(plan.profile, plan.source)
+    resources = plan.profile.resources.model_copy(update={"accelerators": [spec] if spec else None})
+    profile = plan.profile.model_copy(
+        update={"ssh": ssh.model_copy(update={"detect_gpus": False}), "resources": resources}
+    )
+    ui.info(f"GPUs detected on the hosts: {spec or 'none (CPU nodes)'}")
+    return profile, Override("resources.accelerators", "detect", spec or "none")
+
+
 def _argv(folder: Path, host: Host, known_hosts: str | None = None) -> list[str]:
     from rlinfra.runners import ssh
 

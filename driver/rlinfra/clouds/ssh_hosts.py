@@ -151,6 +151,11 @@ class SshHosts(StrictModel):
     )
     agent: bool = Field(default=False, description="Use the SSH agent instead of a key file.")
     jump: SshJump | None = Field(default=None, description="Bastion for every host.")
+    detect_gpus: bool = Field(
+        default=False,
+        description="Take the GPUs from the hosts (nvidia-smi, when `plan`, `render` or `up` "
+        "runs) instead of declaring resources.accelerators; every host must have the same.",
+    )
     shared_filesystem: bool = Field(
         default=False,
         description="The hosts see this machine's RLINFRA_HOME and cache at the same paths (an "

@@ -31,6 +31,7 @@ d=/opt; [ -d /opt ] || d=/
 echo "disk_free_kb=$(df -Pk "$d" 2>/dev/null | awk 'NR == 2 {print $4}')"
 if command -v nvidia-smi >/dev/null 2>&1; then
   echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+  echo "gpu_names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | tr '\n' ';')"
 else echo gpus=none; fi
 echo "listening=$( { ss -Hltn 2>/dev/null || true; } | awk '{print $4}' | sed 's/.*://' | sort -un | tr '\n' ' ')"
 # printf, not echo: sh's echo turns the contract's JSON escapes (\n, \") into characters.
@@ -61,6 +62,8 @@ class Facts:
     python: tuple[int, int] | None = None
     disk_free_gb: float | None = None
     gpus: int | None = None
+    # Each GPU's name as nvidia-smi gives it ("NVIDIA H100 80GB HBM3").
+    gpu_names: tuple[str, ...] = ()
     listening: frozenset[int] = frozenset()
     # The cluster named by the host's node contract (/opt/rlinfra/node.json); "" when none.
     contract_cluster: str = ""
@@ -125,6 +128,7 @@ def parse_probe(text: str) -> Facts:
         python=python,
         disk_free_gb=free_kb / 2**20 if free_kb is not None else None,
         gpus=0 if gpus_text == "none" else int(gpus_text) if gpus_text.isdigit() else None,
+        gpu_names=tuple(n.strip() for n in values.get("gpu_names", "").split(";") if n.strip()),
         listening=frozenset(int(p) for p in values.get("listening", "").split() if p.isdigit()),
         contract_cluster=_cluster_of(contract) if contract else "",
         installed=tuple(values.get("installed", "").split()),
