@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,36 +49,56 @@ def step_times(log: str) -> list[float]:
     return [float(t) for _, t in STEP.findall(log)]
 
 
+# Waiting is done on the head by one shell over one SSH connection (a grep of the job's driver
+# log, a pgrep of its runner), not by polling `rlinfra logs`: each of those starts a controller
+# process, an SSH session and `ray job logs` on the head, CPU that a 2-core machine takes from
+# the training it times.
+DRIVER_LOG = "/tmp/ray/session_latest/logs/job-driver-{job}.log"
+
+
+def wait_on_head(env: dict[str, str], name: str, script: str) -> None:
+    cli(env, "exec", name, "--", script, timeout=3600)
+
+
+def wait_first_step(env: dict[str, str], name: str, job: str) -> None:
+    log = shlex.quote(DRIVER_LOG.format(job=job))
+    wait_on_head(env, name, f"until grep -qs 'step:1 - ' {log}; do sleep 0.5; done")
+
+
+def wait_job_end(env: dict[str, str], name: str, job: str) -> None:
+    # "job_runne[r]": the pattern does not match this shell's own command line.
+    runner = shlex.quote(f"job_runne[r] --spec /opt/rlinfra/jobs/{job}/")
+    wait_on_head(
+        env,
+        name,
+        f"until pgrep -f {runner} >/dev/null; do sleep 0.2; done; "
+        f"while pgrep -f {runner} >/dev/null; do sleep 0.5; done",
+    )
+
+
+def job_log(env: dict[str, str], name: str, job: str) -> str:
+    return cli(env, "logs", name, "--job", job)
+
+
 def first_step_after_up(env: dict[str, str], name: str, nodes: int) -> dict[str, Any]:
     """`up` with its job; seconds until Verl's first step line, and the steps' own times."""
     start = time.monotonic()
-    proc = subprocess.Popen(
-        [RLINFRA, "up", "--cluster", name, "--num-nodes", str(nodes), "--yes", "--no-check"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    summary = json.loads(
+        cli(
+            env, "up", "--cluster", name, "--num-nodes", str(nodes), "--yes", "--no-check", "--json"
+        )
     )
-    _, err = proc.communicate(timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"up failed:\n{err[-3000:]}")
     up_s = time.monotonic() - start
-    first = None
-    while first is None and time.monotonic() - start < 3600:
-        log = subprocess.run(
-            [RLINFRA, "logs", name], env=env, capture_output=True, text=True
-        ).stdout
-        if re.search(r"(?m)\bstep:1 - ", log):
-            first = time.monotonic() - start
-        else:
-            time.sleep(1)
-    log = cli(env, "logs", name, "--follow", timeout=3600)
-    times = step_times(log)
+    job = str(summary["job"])
+    wait_first_step(env, name, job)
+    first = time.monotonic() - start
+    wait_job_end(env, name, job)
+    times = step_times(job_log(env, name, job))
     return {
         "up_s": round(up_s, 1),
-        "up_to_first_step_s": round(first or float("nan"), 1),
-        "step_s": times,
-        "step_s_median": sorted(times)[len(times) // 2] if times else None,
+        "up_to_first_step_s": round(first, 1),
+        "step_s": [round(t, 2) for t in times],
+        "step_s_median": round(statistics.median(times), 2) if times else None,
     }
 
 
@@ -87,19 +108,43 @@ def overhead(env: dict[str, str], name: str) -> dict[str, Any]:
     spec = json.loads((Path(env["RLINFRA_HOME"]) / "clusters" / name / "job.json").read_text())
     cli(env, "exec", name, "--", clear)
     start = time.monotonic()
-    submitted = json.loads(cli(env, "run", name, "--json"))
-    log = cli(env, "logs", name, "--job", submitted["submission_id"], "--follow", timeout=3600)
+    job = str(json.loads(cli(env, "run", name, "--json"))["submission_id"])
+    wait_job_end(env, name, job)
     job_wall = time.monotonic() - start
+    log = job_log(env, name, job)
     after = sum(
         float(s) for s in re.findall(r"job_runner: (?:merge|serve|upload) done in ([0-9.]+) s", log)
     )
     train = float(re.search(r"job_runner: train done in ([0-9.]+) s", log).group(1))  # type: ignore[union-attr]
-    work = shlex.quote(f"/opt/rlinfra/jobs/{submitted['submission_id']}/work")
+    job_steps = step_times(log)
+    work = f"/opt/rlinfra/jobs/{job}/work"
     cli(env, "exec", name, "--", clear)
-    argv = ["/opt/rlinfra/venv/bin/python", *spec["entrypoint"][1:]]
+    # By hand as one would on the head: the same launcher and overrides, from the job's folder,
+    # which Ray ships to the workers as the job's working dir (rlinfra_node is in it).
+    argv = [
+        "/opt/rlinfra/venv/bin/python",
+        *spec["entrypoint"][1:],
+        f"++ray_kwargs.ray_init.runtime_env.working_dir={work}",
+    ]
     start = time.monotonic()
-    cli(env, "exec", name, "--", f"cd {work} && {shlex.join(argv)} >/dev/null 2>&1")
+    done = subprocess.run(
+        [
+            RLINFRA,
+            "exec",
+            name,
+            "--",
+            f"cd {shlex.quote(work)} && {shlex.join(argv)} >/tmp/direct.log 2>&1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     direct = time.monotonic() - start
+    direct_log = cli(env, "exec", name, "--", "cat /tmp/direct.log")
+    if done.returncode != 0:
+        raise RuntimeError(f"the direct run failed:\n{direct_log[-4000:]}")
+    direct_steps = step_times(direct_log)
     job_training = job_wall - after
     return {
         "job_wall_s": round(job_wall, 1),
@@ -109,6 +154,8 @@ def overhead(env: dict[str, str], name: str) -> dict[str, Any]:
         "direct_s": round(direct, 1),
         "ratio_job_vs_direct": round(job_training / direct, 3),
         "ratio_train_step_vs_direct": round(train / direct, 3),
+        "job_step_s": [round(t, 2) for t in job_steps],
+        "direct_step_s": [round(t, 2) for t in direct_steps],
     }
 
 
@@ -137,6 +184,8 @@ def markdown(results: dict[str, Any]) -> str:
             "(target <= 1.10)",
             f"- the job's train step alone: {over['job_train_step_s']} s; ratio "
             f"{over['ratio_train_step_vs_direct']}",
+            f"- Verl's own seconds per step: job {over['job_step_s']}, direct "
+            f"{over['direct_step_s']}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -205,9 +205,16 @@ class Watched:
             time.sleep(self.poll_s)
 
     def __call__(self, argv: list[str], env: Mapping[str, str]) -> int:
-        before = dict(self.nodes())
+        # The step starts first: the first look at the nodes connects to Ray (seconds), which
+        # overlaps the trainer's own start instead of delaying it.
         proc = subprocess.Popen(resolve(argv), env=dict(env), start_new_session=True)
+        before: dict[str, str] | None = None
         while True:
+            if before is None:
+                try:
+                    before = dict(self.nodes())
+                except Exception as exc:  # the state API may blink; the next poll asks again
+                    self.log(f"job_runner: could not read the cluster's nodes: {exc}")
             try:
                 code = proc.wait(timeout=self.poll_s)
             except subprocess.TimeoutExpired:
@@ -215,12 +222,14 @@ class Watched:
             else:
                 # A step that failed because a node went names it too. Collectives notice a lost
                 # peer within seconds, before Ray has marked its node dead: give Ray a moment.
-                gone = self._lost_after_failure(before) if code != 0 else []
+                gone = self._lost_after_failure(before) if code != 0 and before else []
                 if gone:
                     names = ", ".join(node_label(ip, self.node_ips) for ip in gone)
                     self.log(f"job_runner: {names} left the Ray cluster; the step failed ({code})")
                     return NODE_LOST
                 return code
+            if before is None:
+                continue
             try:
                 gone = lost_nodes(before, self.nodes())
             except Exception as exc:  # the state API may blink; the step goes on

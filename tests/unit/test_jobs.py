@@ -7,6 +7,7 @@ import io
 import json
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,39 @@ def test_a_step_that_failed_before_ray_saw_its_node_go_names_the_node() -> None:
     code = watched([sys.executable, "-c", "raise SystemExit(1)"], {})
     assert code == job_runner.NODE_LOST
     assert lines == ["job_runner: node 1 (10.0.0.11) left the Ray cluster; the step failed (1)"]
+
+
+def test_the_step_starts_before_the_first_look_at_the_nodes(tmp_path: Path) -> None:
+    """Connecting to Ray takes seconds: the trainer must not wait for it. A first look that
+    fails is retried, and the watch still catches a node that leaves afterwards."""
+    started = tmp_path / "started"
+    seen: list[bool] = []
+    calls = iter(
+        [RuntimeError("state API down"), {"a": "10.0.0.10", "b": "10.0.0.11"}],
+    )
+
+    def nodes() -> dict[str, str]:
+        # Launched before this first look, the step shows up while it waits (a look taken
+        # before the launch would wait in vain).
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append(started.exists())
+        item = next(calls, {"a": "10.0.0.10"})
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    lines: list[str] = []
+    watched = job_runner.Watched(nodes, lines.append, ["10.0.0.10", "10.0.0.11"], 0.1)
+    step = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    code = watched([sys.executable, "-c", step], {})
+    assert code == job_runner.NODE_LOST
+    assert seen[0] is True
+    assert lines == [
+        "job_runner: could not read the cluster's nodes: state API down",
+        "job_runner: node 1 (10.0.0.11) left the Ray cluster; stopping the step",
+    ]
 
 
 def test_node_ips_come_from_the_contract_file_before_the_environment(tmp_path: Path) -> None:
