@@ -32,6 +32,8 @@ MARKER = layout.CONVERGED
 RAY_HELPER = layout.RAY_HELPER
 RAY_TOKEN = layout.RAY_TOKEN
 RETRIEVAL_APP = "retrieval"
+# With the `front` router (the default), the endpoint is this Serve application on the head.
+RETRIEVAL_FRONT_APP = "retrieval-front"
 # Files above this size are identified by size and modification time, not by their bytes.
 HASH_LIMIT = 4 << 20
 # The rendered variables that name controller-side files or folders the playbook copies to nodes.
@@ -133,6 +135,11 @@ def node_spec(
                 {
                     "app": RETRIEVAL_APP,
                     "replicas": int(variables.get("retrieval_service_replicas", 1)),
+                    "front": (
+                        RETRIEVAL_FRONT_APP
+                        if variables.get("retrieval_service_router", "front") == "front"
+                        else None
+                    ),
                 }
                 if variables.get("retrieval_service_enabled")
                 else None

@@ -14,7 +14,8 @@ What is checked, each named in the spec (JSON, the only argument):
 - a raylet of this node (``node_ip``) runs, joined to ``gcs_address`` (read by the Ray helper,
   ``ray_helper status``, which sees only this node's processes);
 - on the head (``head`` set): the dashboard's state API lists exactly ``head.node_ips`` alive,
-  and, with ``head.serve`` set, the Serve application runs its replicas.
+  and, with ``head.serve`` set, the Serve application runs its replicas (and its front, the
+  endpoint, runs on the head when ``head.serve.front`` names it).
 
 Prints ``{"ok": bool, "problems": [...]}``; exits 0 whatever it finds (1 only on a bad spec).
 """
@@ -137,20 +138,28 @@ def check_head(head: dict[str, Any], timeout: float) -> list[str]:
         details = _get(base + SERVE_APPS, token_file, timeout)
     except (OSError, urllib.error.URLError, ValueError) as exc:
         return [f"the Serve API did not answer ({exc.__class__.__name__})"]
-    app = (details.get("applications") or {}).get(serve["app"]) or {}
-    if app.get("status") != "RUNNING":
-        return [f"the Serve application {serve['app']!r} is {app.get('status') or 'not deployed'}"]
-    running = sum(
-        1
-        for deployment in (app.get("deployments") or {}).values()
-        for replica in deployment.get("replicas") or []
-        if replica.get("state") == "RUNNING"
-    )
-    if running != int(serve["replicas"]):
-        return [
-            f"the Serve application {serve['app']!r} runs {running} of {serve['replicas']} replicas"
-        ]
-    return []
+    apps = details.get("applications") or {}
+    problems = []
+    # The replicas, then the front that the endpoint is (when the profile routes through it).
+    wanted = [(serve["app"], int(serve["replicas"]))]
+    if serve.get("front"):
+        wanted.append((serve["front"], 1))
+    for name, replicas in wanted:
+        app = apps.get(name) or {}
+        if app.get("status") != "RUNNING":
+            problems.append(
+                f"the Serve application {name!r} is {app.get('status') or 'not deployed'}"
+            )
+            continue
+        running = sum(
+            1
+            for deployment in (app.get("deployments") or {}).values()
+            for replica in deployment.get("replicas") or []
+            if replica.get("state") == "RUNNING"
+        )
+        if running != replicas:
+            problems.append(f"the Serve application {name!r} runs {running} of {replicas} replicas")
+    return problems
 
 
 def verify(spec: dict[str, Any]) -> dict[str, Any]:

@@ -142,8 +142,18 @@ def test_node_spec_for_head_and_worker() -> None:
     assert worker["node_ip"] == "10.0.0.12" and "head" not in worker
     assert head["head"]["dashboard"] == "http://127.0.0.1:8266"
     assert head["head"]["node_ips"] == ["10.0.0.10", "10.0.0.11", "10.0.0.12"]
-    assert head["head"]["serve"] == {"app": "retrieval", "replicas": 3}
+    assert head["head"]["serve"] == {"app": "retrieval", "replicas": 3, "front": "retrieval-front"}
     assert "/opt/rlinfra/venv/bin/python" in head["files"]
+    variables["retrieval_service_router"] = "serve-proxy"
+    proxied = verify.node_spec(variables, nodes, nodes[0], "d1")["head"]["serve"]
+    assert proxied == {"app": "retrieval", "replicas": 3, "front": None}
+    # The names are the ones the Serve config deploys.
+    from rlinfra_node.retrieval import serve_app
+
+    assert (verify.RETRIEVAL_APP, verify.RETRIEVAL_FRONT_APP) == (
+        serve_app.APP_NAME,
+        serve_app.FRONT_APP,
+    )
     variables["retrieval_service_enabled"] = False
     assert verify.node_spec(variables, nodes, nodes[0], "d1")["head"]["serve"] is None
 
@@ -220,6 +230,7 @@ class Dashboard:
     def __init__(self) -> None:
         self.alive = ["10.0.0.10", "10.0.0.11"]
         self.app: dict[str, Any] = {"status": "RUNNING", "replicas": 3}
+        self.front: dict[str, Any] | None = {"status": "RUNNING", "replicas": 1}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -236,14 +247,22 @@ class Dashboard:
                     body: dict[str, Any] = {"data": {"result": {"result": rows}}}
                 elif self.path == "/api/serve/applications/":
                     replicas = [{"state": "RUNNING"}] * outer.app["replicas"]
-                    body = {
-                        "applications": {
-                            "retrieval": {
-                                "status": outer.app["status"],
-                                "deployments": {"Retriever": {"replicas": replicas}},
-                            }
+                    apps: dict[str, Any] = {
+                        "retrieval": {
+                            "status": outer.app["status"],
+                            "deployments": {"Retriever": {"replicas": replicas}},
                         }
                     }
+                    if outer.front is not None:
+                        apps["retrieval-front"] = {
+                            "status": outer.front["status"],
+                            "deployments": {
+                                "Front": {
+                                    "replicas": [{"state": "RUNNING"}] * outer.front["replicas"]
+                                }
+                            },
+                        }
+                    body = {"applications": apps}
                 else:
                     self.send_response(404)
                     self.end_headers()
@@ -277,7 +296,7 @@ def test_head_sees_exactly_the_inventory_and_the_serve_app(
         "dashboard": dashboard.url,
         "token_file": str(token),
         "node_ips": ["10.0.0.10", "10.0.0.11"],
-        "serve": {"app": "retrieval", "replicas": 3},
+        "serve": {"app": "retrieval", "replicas": 3, "front": "retrieval-front"},
     }
     assert verify_node.check_head(head, 5) == []
     dashboard.alive = ["10.0.0.10"]
@@ -295,6 +314,18 @@ def test_head_sees_exactly_the_inventory_and_the_serve_app(
     ]
     dashboard.app = {"status": "DEPLOYING", "replicas": 3}
     assert verify_node.check_head(head, 5) == ["the Serve application 'retrieval' is DEPLOYING"]
+    # The endpoint is the front: replicas alone are not a working service.
+    dashboard.app = {"status": "RUNNING", "replicas": 3}
+    dashboard.front = None
+    assert verify_node.check_head(head, 5) == [
+        "the Serve application 'retrieval-front' is not deployed"
+    ]
+    dashboard.front = {"status": "RUNNING", "replicas": 0}
+    assert verify_node.check_head(head, 5) == [
+        "the Serve application 'retrieval-front' runs 0 of 1 replicas"
+    ]
+    assert verify_node.check_head({**head, "serve": {**head["serve"], "front": None}}, 5) == []
+    dashboard.front = {"status": "RUNNING", "replicas": 1}
     token.write_text("wrong\n")
     assert verify_node.check_head(head, 5) == [
         "the Ray head's state API did not answer (HTTPError)"
