@@ -1127,6 +1127,45 @@ def test_cli_refuses_bad_settings_with_exit_2(tmp_path: Path) -> None:
     assert "no corpus_source" in missing.stderr
 
 
+def test_standalone_serve_answers_then_drains_on_sigterm(
+    built: dict[str, Any], tmp_path: Path
+) -> None:
+    """`serve` as a process: it answers, and SIGTERM (how supervisors stop it) ends it cleanly,
+    exit 0, as Ctrl-C does."""
+    import signal
+    import urllib.request
+
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps(dataclasses.asdict(built["settings"]), default=str))
+    env = dict(os.environ, PYTHONPATH=str(Path(api.__file__).parents[2]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlinfra_node.retrieval", "serve", "--settings", str(settings_file),
+         "--host", "127.0.0.1", "--port", "0"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        seen = []
+        while not (seen and "serving on http://" in seen[-1]):
+            line = proc.stderr.readline()
+            assert line, "".join(seen)  # it ended before serving
+            seen.append(line)
+        url = seen[-1].split("serving on ", 1)[1].strip()
+        body = json.dumps({"queries": [KNOWN[0][2]], "topk": 1}).encode()
+        request = urllib.request.Request(
+            f"{url}/retrieve", body, {"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            assert reply.status == 200
+            assert KNOWN[0][1] in reply.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert "draining" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_serve_api_calls_carry_the_ray_token_as_ray_finds_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

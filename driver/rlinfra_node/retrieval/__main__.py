@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import typing
 from pathlib import Path
@@ -64,11 +65,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rlinfra_node.retrieval import api
     from rlinfra_node.retrieval.server import ProcessServer
 
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
     server = ProcessServer(api.Retriever(_settings(args)), args.host, args.port)
+    # A supervisor (systemd, Kubernetes, `kill`) stops it with SIGTERM: drain as on Ctrl-C.
+    signal.signal(signal.SIGTERM, stop)
     print(f"[retrieval] serving on {server.url}", file=sys.stderr, flush=True)
     try:
         server.wait()
     except KeyboardInterrupt:
+        print("[retrieval] stopping: draining for up to 2 s", file=sys.stderr, flush=True)
         server.close(drain_s=2.0)
     return 0
 
