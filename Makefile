@@ -91,6 +91,7 @@ bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/retrieval.py
 	$(BIN)/python bench/verl.py
+	$(BIN)/python bench/ssh_up.py
 	$(BIN)/python bench/recovery.py
 
 lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml
