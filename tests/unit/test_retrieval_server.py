@@ -1181,3 +1181,17 @@ def test_serve_api_calls_carry_the_ray_token_as_ray_finds_it(
     assert serve_app.ray_token() == "from-file"
     monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
     assert serve_app.ray_token() == "from-env"
+
+
+def test_one_batch_encodes_as_sentence_transformers_does(built: dict[str, Any]) -> None:
+    """The direct path for a batch (what the service runs) gives encode()'s vectors."""
+    import numpy as np
+
+    encoder = built["retriever"].encoder
+    texts = [text for _, _, text in KNOWN] + ["a short one", "x"]
+    direct = encoder.encode(texts, "query: ", batch_size=len(texts))
+    # batch_size 1: every text goes through sentence-transformers' own encode().
+    reference = encoder.encode(texts, "query: ", batch_size=1)
+    assert direct.dtype == np.float32 and direct.shape == reference.shape
+    assert np.allclose(direct, reference, atol=1e-5)
+    assert np.allclose(np.linalg.norm(direct, axis=1), 1.0, atol=1e-5)
