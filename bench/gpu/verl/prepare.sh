@@ -3,9 +3,11 @@
 # network, in the repo's venv):
 #   .gpurun/job.json, .gpurun/job-resume.json: `rlinfra render` of gpu-ppo-hf.yaml (20 steps) and
 #     of the same with --env TOTAL_STEPS=24 (the resume);
+#   .gpurun/job-cpu.json: the same profile without its GPU (so rlinfra renders CPU mode), 3 steps,
+#     its own checkpoint folder, no merge (`run.sh cpu`);
 #   .whl/bundle.tar.xz (~25 MB): the Python packages the GPU image lacks (Ray stripped, Verl 0.6.0
 #     and its needs, transformers 4.56.1); skipped when it exists (BUNDLE=1 rebuilds it).
-# Then: device run, command "bash bench/gpu/verl/run.sh", carry [".gpurun", ".whl/bundle.tar.xz"].
+# Then: device runs, commands "bash bench/gpu/verl/run.sh gpu" and "... cpu", carry [".gpurun", ".whl/bundle.tar.xz"].
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.gpurun/' .git/info/exclude || echo /.gpurun/ >>.git/info/exclude
@@ -14,6 +16,21 @@ rm -rf .gpurun && mkdir -p .gpurun
 for steps in 20 24; do
   rlinfra render -p bench/gpu/verl/gpu-ppo-hf.yaml --env TOTAL_STEPS=$steps --out .gpurun/render-$steps >/dev/null
 done
+PYTHONPATH=driver python3 - <<'PY'
+import yaml
+from rlinfra_node.verl_cpu import cpu_overrides
+data = yaml.safe_load(open("bench/gpu/verl/gpu-ppo-hf.yaml"))
+# CPU mode sets these itself (and refuses a profile that sets them otherwise).
+for item in cpu_overrides(1):
+    data["workload"]["overrides"].pop(item.split("=")[0], None)
+data["resources"].pop("accelerators")
+data["storage"][0]["mount_path"] = "/checkpoints-cpu"
+data["workload"].pop("after")
+data["env"]["TOTAL_STEPS"] = "3"
+yaml.safe_dump(data, open(".gpurun/cpu-ppo-hf.yaml", "w"), sort_keys=False)
+PY
+rlinfra render -p .gpurun/cpu-ppo-hf.yaml --out .gpurun/render-cpu >/dev/null
+cp .gpurun/render-cpu/job.json .gpurun/job-cpu.json
 cp .gpurun/render-20/job.json .gpurun/job.json
 cp .gpurun/render-24/job.json .gpurun/job-resume.json
 rm -rf .gpurun/render-*
