@@ -3,7 +3,7 @@
 # network, in the repo's venv):
 #   .gpurun/job.json, .gpurun/job-resume.json: `rlinfra render` of gpu-ppo-hf.yaml (20 steps) and
 #     of the same with --env TOTAL_STEPS=24 (the resume);
-#   .gpurun/job-cpu.json: the same profile without its GPU (so rlinfra renders CPU mode), 3 steps,
+#   .gpurun/job-cpu.json: the same profile without its GPU (so rlinfra renders CPU mode), 2 steps,
 #     its own checkpoint folder, no merge (`run.sh cpu`);
 #   .whl/bundle.tar.xz (~25 MB): the Python packages the GPU image lacks (Ray stripped, Verl 0.6.0
 #     and its needs, transformers 4.56.1); skipped when it exists (BUNDLE=1 rebuilds it).
@@ -26,7 +26,7 @@ for item in cpu_overrides(1):
 data["resources"].pop("accelerators")
 data["storage"][0]["mount_path"] = "/checkpoints-cpu"
 data["workload"].pop("after")
-data["env"]["TOTAL_STEPS"] = "3"
+data["env"]["TOTAL_STEPS"] = "2"
 yaml.safe_dump(data, open(".gpurun/cpu-ppo-hf.yaml", "w"), sort_keys=False)
 PY
 rlinfra render -p .gpurun/cpu-ppo-hf.yaml --out .gpurun/render-cpu >/dev/null

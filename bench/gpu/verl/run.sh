@@ -5,8 +5,9 @@
 #   bash bench/gpu/verl/run.sh gpu   one GPU: model and data steps, 20 steps, checkpoint, merge;
 #                                    the merged model's load check; the resume to step 24 and
 #                                    its merge; the load check again
+#                                    (RESUME=0: without the resume and its load check)
 #   bash bench/gpu/verl/run.sh cpu   the same config in CPU mode (GPU hidden, FSDP2 over gloo,
-#                                    one worker), 3 steps, no checkpoint: the step time for scale
+#                                    one worker), 2 steps, no checkpoint: the step time for scale
 # Carried: .gpurun/ (job.json, job-resume.json, job-cpu.json from prepare.sh) and
 # .whl/bundle.tar.xz. Everything it reports lands in $OUT.
 set -o pipefail
@@ -46,6 +47,8 @@ else
   timeout 60 python3 "$ROOT/bench/gpu/verl/load_check.py" /checkpoints/hf_model \
     /checkpoints/models/qwen2.5-0.5b-shapes >"$OUT/load.txt" 2>&1
   echo "load rc=$?" >>"$OUT/load.txt"
+fi
+if [ "$MODE" != cpu ] && [ "${RESUME:-1}" = 1 ]; then
   T2=$(date +%s)
   timeout 190 python3 -m rlinfra_node.job_runner --spec "$ROOT/.gpurun/job-resume.json" >"$OUT/resume.txt" 2>&1
   echo "resume rc=$? wall=$(( $(date +%s)-T2 ))s" | tee -a "$OUT/resume.txt"
