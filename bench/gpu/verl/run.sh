@@ -28,7 +28,8 @@ export PYTHONPATH=/tmp/site:$ROOT/driver
 cd "$ROOT/driver" || exit 1
 if [ "$MODE" = cpu ]; then
   # CPU mode's node resources, as the roles start Ray on a CPU node (verl_cpu.ray_start_args).
-  export CUDA_VISIBLE_DEVICES=""
+  # "-1": no device for CUDA, yet one entry for `ray start --num-gpus 1` (an empty list is refused).
+  export CUDA_VISIBLE_DEVICES=-1
   mapfile -t ARGS < <(python3 -c 'from rlinfra_node.verl_cpu import ray_start_args; print("\n".join(ray_start_args(1)))')
   python3 -m ray.scripts.scripts start --head "${ARGS[@]}" --include-dashboard=false \
     --disable-usage-stats 2>&1 | tail -2 | tee -a "$OUT/env.txt"
