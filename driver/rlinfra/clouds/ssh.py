@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from rlinfra.context import Context
 from rlinfra.deploy import Record, deployment_dir
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
-from rlinfra.profile import Profile
+from rlinfra.profile import Override, Profile
 from rlinfra.render import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
@@ -184,12 +184,7 @@ def expectations(plan: Plan) -> Expect:
 def preflight(plan: Plan) -> None:
     """Every host at once, read-only: refused (exit 2) with one line per failing host."""
     nodes = hosts(plan)
-    folder = deployment_dir(plan.cluster)
-
-    def ask(index: int) -> Answer:
-        argv = _argv(folder, nodes[index], known_hosts="/dev/null")
-        return probe_host([*argv, "sh -s"])
-
+    ask = _asker(plan, nodes)
     with ui.step(f"preflight of {len(nodes)} host(s) over SSH"):
         failing, notes = check_hosts([h.name for h in nodes], ask, expectations(plan))
     for note in notes:
@@ -213,11 +208,7 @@ def detect_accelerator(plan: Plan) -> str | None:
     from rlinfra.clouds.ssh_preflight import parse_probe
 
     nodes = hosts(plan)
-    folder = deployment_dir(plan.cluster)
-
-    def ask(index: int) -> Answer:
-        return probe_host([*_argv(folder, nodes[index], known_hosts="/dev/null"), "sh -s"])
-
+    ask = _asker(plan, nodes)
     with (
         ui.step(f"GPUs of {len(nodes)} host(s), from nvidia-smi"),
         ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool,
@@ -254,10 +245,8 @@ def detect_accelerator(plan: Plan) -> str | None:
     return None if spec == "none" else spec
 
 
-def with_detected_gpus(plan: Plan) -> tuple[Profile, Any]:
+def with_detected_gpus(plan: Plan) -> tuple[Profile, Override]:
     """The profile with the hosts' GPUs as its resources.accelerators, and the change to show."""
-    from rlinfra.profile import Override
-
     spec = detect_accelerator(plan)
     ssh = section(plan.profile, plan.source)
     resources = plan.profile.resources.model_copy(update={"accelerators": [spec] if spec else None})
@@ -266,6 +255,16 @@ def with_detected_gpus(plan: Plan) -> tuple[Profile, Any]:
     )
     ui.info(f"GPUs detected on the hosts: {spec or 'none (CPU nodes)'}")
     return profile, Override("resources.accelerators", "detect", spec or "none")
+
+
+def _asker(plan: Plan, nodes: list[Host]) -> Callable[[int], Answer]:
+    """Runs the read-only probe on ``nodes[index]`` (preflight and GPU detection)."""
+    folder = deployment_dir(plan.cluster)
+
+    def ask(index: int) -> Answer:
+        return probe_host([*_argv(folder, nodes[index], known_hosts="/dev/null"), "sh -s"])
+
+    return ask
 
 
 def _argv(folder: Path, host: Host, known_hosts: str | None = None) -> list[str]:

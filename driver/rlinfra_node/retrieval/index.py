@@ -101,9 +101,10 @@ class Encoder:
         import numpy as np
 
         if len(texts) <= batch_size:
-            # One batch (every search the service answers): the model's own tokenizer and
-            # modules, called directly. sentence-transformers' encode() adds about a millisecond
-            # of bookkeeping per call, a tenth of a lone query's time on a CPU thread.
+            # One batch (each search the service answers, each batch of an index build): the
+            # model's own tokenizer and modules, called directly. sentence-transformers'
+            # encode() adds over a millisecond of bookkeeping per call, about a tenth of a lone
+            # query's time on a CPU thread.
             import torch
 
             features = self.model.tokenize([prefix + text for text in texts])
