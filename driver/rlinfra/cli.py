@@ -762,13 +762,26 @@ def status(
     endpoint: Annotated[
         int | None, typer.Option("--endpoint", help="Print a URL for this port on the head node.")
     ] = None,
+    from_cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="With --endpoint: the URL as this other cluster's nodes reach it (e.g. a "
+            "trainer using a retrieval cluster), checked on that cluster's head.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show clusters, their nodes, Ray's state and any command at work on them (or killed
-    midway); --endpoint PORT gives a reachable URL."""
+    midway); --endpoint PORT gives a URL that works from here (directly or through an SSH
+    tunnel), and with --from OTHER one that works from OTHER's nodes."""
     from rlinfra.deploy import known_clusters
     from rlinfra.pipeline import endpoint as get_endpoint
+    from rlinfra.pipeline import endpoint_from
     from rlinfra.pipeline import status as get_status
+
+    if from_cluster is not None and (endpoint is None or cluster is None):
+        raise UsageError("--from needs a cluster and --endpoint PORT")
 
     if cluster is None:
         rows = [get_status(name, live=False) for name in known_clusters()]
@@ -786,11 +799,20 @@ def status(
     if endpoint is not None:
         if not 1 <= endpoint <= 65535:
             raise UsageError(f"--endpoint {endpoint}: port out of range (1-65535)")
-        info = get_endpoint(cluster, endpoint)
+        if from_cluster is not None:
+            info = endpoint_from(cluster, endpoint, from_cluster)
+        else:
+            info = get_endpoint(cluster, endpoint)
         if json_out:
             _print_json(info)
         else:
             ui.out.print(info["url"])
+            checked = info.get("checked")
+            if checked:
+                ui.info(
+                    f"{checked['node']} of {info['from']} reached it (source address "
+                    f"{checked['source']}, {checked['request']} -> {checked['status']})"
+                )
             if info.get("ray_token_file"):
                 ui.info(
                     "Ray asks for the cluster's token (header 'Authorization: Bearer TOKEN'); "

@@ -1064,11 +1064,29 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
     return info
 
 
+def endpoint_from(cluster: str, port: int, client: str) -> dict[str, Any]:
+    """A URL for ``port`` on ``cluster``'s head that works from ``client``'s nodes, checked on
+    ``client``'s head (see ``rlinfra.reach``): what a trainer cluster gives its search tool."""
+    from rlinfra import reach
+
+    _folder, record = require_cluster(cluster)
+    _require_ready(cluster, record)
+    client_folder, client_record = require_cluster(client)
+    _require_ready(client, client_record)
+    client_head = client_record.hosts[0]
+    attempts = reach.run_check(client_folder, client_head, port, reach.candidates(record.hosts[0]))
+    return reach.choose(cluster, client, client_head, port, attempts)
+
+
 def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:
+    from rlinfra.reach import refuses
     from rlinfra.runners import ssh
 
     head = record.hosts[0]
-    if not head.ssh_proxy and ssh.port_open(head.ssh_host, port):
+    direct = not head.ssh_proxy and ssh.port_open(head.ssh_host, port)
+    # A service that lets only other clusters in (serving.retrieval.clients) refuses this
+    # machine: the tunnel arrives on the head's loopback, which it always lets in.
+    if direct and not refuses(head.ssh_host, port):
         return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}
     tunnels = folder / "tunnels"
     tunnels.mkdir(exist_ok=True)

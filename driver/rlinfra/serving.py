@@ -77,8 +77,11 @@ class RetrievalServing(_Strict):
     clients: list[str] = Field(
         default_factory=list,
         description="Networks of other clusters that use this service (e.g. a trainer's address "
-        "or subnet): the service then listens on every interface, and the cluster's firewall "
-        "opens its port to these ranges only (not SSH, not Ray).",
+        "or subnet): the service then listens on every interface, the cluster's firewall (where "
+        "rlinfra makes one) opens its port to these ranges only (not SSH, not Ray), and the "
+        "endpoint answers only them, the cluster's own nodes and loopback (403 naming the "
+        "address it saw to anyone else). `rlinfra status CLUSTER --endpoint PORT --from "
+        "TRAINER` checks the path from a trainer cluster.",
     )
     cpus_per_replica: float = Field(default=1.0, gt=0, le=512)
     max_replicas_per_node: int | None = Field(default=None, ge=1, le=64)
@@ -184,6 +187,7 @@ def retrieval_ansible_vars(
         "retrieval_service_replicas": serving.replicas,
         "retrieval_service_host": serving.bind_host,
         "retrieval_service_port": serving.port,
+        "retrieval_service_clients": list(serving.clients),
         "retrieval_service_num_cpus": serving.cpus_per_replica,
         "retrieval_service_max_replicas_per_node": serving.max_replicas_per_node or 0,
         "retrieval_service_node_package_src": node_package_src,

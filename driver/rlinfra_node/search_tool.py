@@ -45,9 +45,11 @@ PROBE_BODY = {"queries": ["test"], "topk": 1, "return_scores": True}
 class SearchToolError(Exception):
     """A one-line error; ``exit_code`` 2 for bad input, 1 for a service that does not answer."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = 2, final: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        # The service answered that it never will (403: this node may not ask): no retry.
+        self.final = final
 
 
 def retrieve_url(url: str) -> str:
@@ -154,7 +156,9 @@ def probe_once(url: str, timeout: float) -> None:
             status = response.status
             body = response.read()
     except urllib.error.HTTPError as exc:
-        raise SearchToolError(f"HTTP {exc.code} {exc.reason}", 1) from exc
+        detail = _error_text(exc)
+        message = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
+        raise SearchToolError(message, 1, final=exc.code == 403) from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise SearchToolError(f"{type(exc).__name__}: {reason}", 1) from exc
@@ -166,6 +170,17 @@ def probe_once(url: str, timeout: float) -> None:
         raise SearchToolError(f"not JSON: {body[:80]!r}", 1) from None
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise SearchToolError(f"no 'result' list in the answer: {body[:80]!r}", 1)
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    """The service's own words from an error answer (``{"error": ...}``), or ""."""
+    try:
+        data = json.loads(exc.read(4096) or b"null")
+    except (ValueError, OSError):
+        return ""
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return data["error"][:300]
+    return ""
 
 
 def probe(
@@ -187,6 +202,10 @@ def probe(
         except SearchToolError as exc:
             last = str(exc)
             log(f"search_tool: probe {attempt}/{tries} of POST {target}: {last}")
+            if exc.final:
+                raise SearchToolError(
+                    f"retrieval service at {target} refused this node: {last}", 1
+                ) from None
             if attempt < tries:
                 sleep(interval)
             continue

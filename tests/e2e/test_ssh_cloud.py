@@ -4,7 +4,8 @@ The test makes its own hosts, not through rlinfra's local cloud: a bridge and th
 namespaces, each with its own sshd, /opt and /tmp (the local cloud's host script, run directly).
 `n0` and `n1` are the cluster (head and worker); `bastion` is a jump host, and the head accepts
 the test's key only from the bastion's address, so everything that reaches the head (Ansible,
-`exec`, jobs, `status --endpoint`) goes through the bastion. The hosts share this machine's
+`exec`, jobs, `status --endpoint`) goes through the bastion. `r0` holds a second cluster, a
+retrieval service whose only client is the first cluster's head (two clusters, one retriever). The hosts share this machine's
 files, so the profile sets `ssh.shared_filesystem` (a local bucket, one package cache).
 
 Preflight refusals run first on the fresh hosts (one per kind this machine can make real; the
@@ -82,6 +83,10 @@ class Bed:
     @property
     def folder(self) -> Path:
         return self.home / "clusters" / self.cluster
+
+    @property
+    def retrieval_cluster(self) -> str:
+        return f"retr-{self.ident}"
 
     @property
     def mount(self) -> str:
@@ -203,7 +208,7 @@ def bed() -> Iterator[Bed]:
         name: Node(
             name, f"rs-{ident}-{i}", f"rsv{ident}{i}", f"10.213.{third}.{10 + i}", root / name
         )
-        for i, name in enumerate(("n0", "n1", "bastion"))
+        for i, name in enumerate(("n0", "n1", "bastion", "r0"))
     }
     env = dict(os.environ)
     home = root / "home"
@@ -279,8 +284,9 @@ def bed() -> Iterator[Bed]:
             assert done.returncode == 0, done.stderr
         yield handle
     finally:
-        if (handle.folder / "record.json").is_file():
-            handle.cli("down", handle.cluster, "--yes", "--delete-buckets", check=False)
+        for cluster in (handle.cluster, handle.retrieval_cluster):
+            if (handle.home / "clusters" / cluster / "record.json").is_file():
+                handle.cli("down", cluster, "--yes", "--purge", "--delete-buckets", check=False)
         for node in nodes.values():
             _host_sh(
                 "node-destroy",
@@ -502,6 +508,93 @@ def test_status_and_endpoints_through_the_bastion(bed: Bed) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
+
+
+def _retrieval_profile(bed: Bed) -> Path:
+    """The retrieval service of retrieval-local.yaml on the host r0, serving the first cluster's
+    head (n0) only: `clients` names n0's address, not n1's."""
+    data = yaml.safe_load((REPO / "profiles" / "retrieval-local.yaml").read_text())
+    retrieval = data["serving"]["retrieval"]
+    retrieval.update(
+        replicas=1,
+        corpus="sample-300",
+        corpus_source="sample:300",
+        clients=[f"{bed.nodes['n0'].ip}/32"],
+    )
+    data.pop("resources")
+    data.update(
+        description="e2e: a retrieval service on an existing host, for another cluster",
+        cloud="ssh",
+        storage=[
+            {
+                "bucket": f"rlinfra-retr-{bed.ident}",
+                "mount_path": str(bed.root / "retr"),
+                "mode": "MOUNT",
+            }
+        ],
+        ssh={
+            "identity_file": str(bed.key),
+            "shared_filesystem": True,
+            "min_free_gb": 1,
+            "hosts": [{"name": "r0", "address": bed.nodes["r0"].ip}],
+        },
+    )
+    path = bed.root / "retrieval.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+PROBE = "/opt/rlinfra/venv/bin/python -m rlinfra_node.search_tool probe --tries 1 --url "
+
+
+def test_two_clusters_one_retriever(bed: Bed) -> None:
+    """A retrieval cluster on r0 lists the first cluster's head in serving.retrieval.clients:
+    `status --endpoint 8000 --from` finds the URL from that head, the search tool's probe (what
+    a trainer's job runs before training) gets passages there, and the first cluster's worker,
+    not listed, is refused with its own address named."""
+    retr = bed.retrieval_cluster
+    up = bed.json("up", "-p", str(_retrieval_profile(bed)), "-c", retr, "--yes")
+    assert [n["name"] for n in up["nodes"]] == ["r0"]  # type: ignore[union-attr]
+    r0, n0, n1 = (bed.nodes[name].ip for name in ("r0", "n0", "n1"))
+    # From this machine (not a client): the endpoint refuses it, so status gives a tunnel,
+    # which arrives on r0's loopback.
+    here = bed.json("status", retr, "--endpoint", "8000")
+    assert here["via"] == "ssh-tunnel", here
+    request = urllib.request.Request(
+        f"{here['url']}/retrieve",
+        data=json.dumps({"queries": ["passage"], "topk": 2}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert len(json.loads(answer.read())["result"][0]) == 2
+    # From the trainer cluster's head, checked there (through the bastion).
+    found = bed.json("status", retr, "--endpoint", "8000", "--from", bed.cluster)
+    assert found["url"] == f"http://{r0}:8000", found
+    assert found["checked"] == {
+        "node": "n0",
+        "source": n0,
+        "request": "GET /healthz",
+        "status": 200,
+    }, found
+    probe = bed.cli("exec", bed.cluster, "--", PROBE + str(found["url"]))
+    assert f"search_tool: http://{r0}:8000/retrieve answered (try 1/1)" in probe.stdout + (
+        probe.stderr
+    ), (probe.stdout, probe.stderr)
+    # The worker is not a client: refused at once, its address named.
+    refused = bed.cli(
+        "exec", bed.cluster, "--node", "1", "--", PROBE + str(found["url"]), check=False
+    )
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0, said
+    assert "refused this node: HTTP 403" in said and f"{n1} may not use this service" in said
+    # Asked from a cluster that is not listed, --from says what each address did and fails.
+    other = bed.cli("status", bed.cluster, "--endpoint", "8000", "--from", retr, check=False)
+    assert other.returncode == 1, (other.stdout, other.stderr)
+    assert f"{retr}'s head (r0) cannot use port 8000 of {bed.cluster}'s head" in other.stderr
+    down = bed.cli("down", retr, "--yes", "--purge", "--delete-buckets")
+    assert "the machine is kept" in down.stdout
+    assert bed.on("r0", RLINFRA_PROCESSES).stdout.strip() == ""
+    assert not (bed.home / "clusters" / retr).exists()
 
 
 def test_second_up_passes_preflight_and_changes_nothing(bed: Bed) -> None:

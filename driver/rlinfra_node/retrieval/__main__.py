@@ -91,6 +91,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         router=args.router,
         max_ongoing_requests=args.max_ongoing_requests,
         max_replicas_per_node=args.max_replicas_per_node,
+        allow=tuple(args.allow or ()),
     )
     config = serve_app.serve_config(_settings(args), deployment)
     if args.print_config:
@@ -181,6 +182,12 @@ def parser() -> argparse.ArgumentParser:
         "--max-ongoing-requests", type=int, default=16, help="serve-proxy router only"
     )
     deploy.add_argument("--max-replicas-per-node", type=int, default=None)
+    deploy.add_argument(
+        "--allow",
+        action="append",
+        metavar="CIDR",
+        help="only these networks (and loopback) may ask the front; repeat for more",
+    )
     deploy.add_argument("--address", default=DASHBOARD, help="Ray dashboard URL")
     deploy.add_argument("--timeout", type=float, default=900.0)
     deploy.add_argument("--print-config", action="store_true", help="print the Serve config only")
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except ValueError as exc:
-        if str(exc).startswith("retrieval settings"):
+        if str(exc).startswith(("retrieval settings", "retrieval deployment")):
             print(f"Error: {exc}", file=sys.stderr)
             return 2
         raise

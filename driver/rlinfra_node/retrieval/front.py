@@ -19,6 +19,10 @@ is a small asyncio proxy, about 0.3 ms of CPU a request, where Serve's HTTP prox
   within ``request_timeout_s`` gives the client 504 and is not retried (it may still be working).
 - No replica: 503 ``{"error": "no retrieval replica is ready ...", "status": 503}``.
 
+When the service serves other clusters (``allow``: their networks and this cluster's own
+nodes), a client from anywhere else, loopback aside, gets 403 naming its address as the front
+sees it (what to list in ``serving.retrieval.clients``).
+
 ``GET /healthz`` answers as a replica does, plus the header ``x-rlinfra-replicas`` (how many
 replicas the front routes to), which ``serve_app.deploy`` waits on.
 """
@@ -42,6 +46,7 @@ from rlinfra_node.retrieval.wire import (
     encode_request,
     error_reply,
     log,
+    networks,
     read_response,
 )
 
@@ -248,11 +253,19 @@ class FrontServer:
         max_body: int,
         stale_s: float = STALE_S,
         request_timeout_s: float = 120.0,
+        allow: tuple[str, ...] | None = None,
     ) -> None:
         self._thread = LoopThread("retrieval-front")
         self.backends = Backends(stale_s)
         self._handler = Front(self.backends, request_timeout_s=request_timeout_s)
-        self._server = Server(self._handler, host, port, max_body, name="front")
+        self._server = Server(
+            self._handler,
+            host,
+            port,
+            max_body,
+            name="front",
+            allow=None if allow is None else networks(allow),
+        )
         self._expiry: asyncio.Task[None] | None = None
         self.host, self.port = self._thread.run(self._start(), timeout=30)
 

@@ -183,17 +183,22 @@ class Registration:
 
 
 def front_builder(args: dict[str, Any]) -> Any:
-    """Serve's builder of the front: ``args = {"host": ..., "port": ..., "max_body": ...}``."""
+    """Serve's builder of the front: ``args = {"host": ..., "port": ..., "max_body": ...}``, and
+    ``"allow"`` (CIDRs) when only those networks (and loopback) may ask."""
     from ray import serve
 
     @serve.deployment(name=FRONT_DEPLOYMENT)
     class FrontReplica:
         """The endpoint on the head; replicas register with it."""
 
-        def __init__(self, host: str, port: int, max_body: int) -> None:
+        def __init__(
+            self, host: str, port: int, max_body: int, allow: list[str] | None = None
+        ) -> None:
             from rlinfra_node.retrieval.front import FrontServer
 
-            self.front = FrontServer(host, port, max_body)
+            self.front = FrontServer(
+                host, port, max_body, allow=None if allow is None else tuple(allow)
+            )
 
         async def register(self, replica_id: str, url: str) -> None:
             self.front.register(replica_id, url)
@@ -208,8 +213,12 @@ def front_builder(args: dict[str, Any]) -> Any:
         async def __del__(self) -> None:
             await self.front.close_async(DRAIN_S)
 
+    allow = args.get("allow")
     return FrontReplica.bind(  # type: ignore[attr-defined]
-        str(args["host"]), int(args["port"]), int(args["max_body"])
+        str(args["host"]),
+        int(args["port"]),
+        int(args["max_body"]),
+        None if allow is None else [str(cidr) for cidr in allow],
     )
 
 
@@ -225,6 +234,9 @@ class Deployment:
     # Only the serve-proxy router uses it: requests Serve lets one replica hold.
     max_ongoing_requests: int = 16
     max_replicas_per_node: int | None = None
+    # Front router only: the networks that may ask, besides loopback (empty: whoever reaches
+    # the endpoint's address).
+    allow: tuple[str, ...] = ()
     health_check_period_s: float = 5.0
     health_check_timeout_s: float = 30.0
     graceful_shutdown_timeout_s: float = 5.0
@@ -232,6 +244,17 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.router not in ROUTERS:
             raise ValueError(f"unknown router {self.router!r}; known: {', '.join(ROUTERS)}")
+        if self.allow and self.router != "front":
+            raise ValueError(
+                "retrieval deployment: allow needs the front router (Serve's proxy has no "
+                "allow list)"
+            )
+        from rlinfra_node.retrieval.wire import networks
+
+        try:
+            networks(self.allow)
+        except ValueError as exc:
+            raise ValueError(f"retrieval deployment: allow: {exc}") from None
 
 
 def serve_config(settings: Settings, deployment: Deployment) -> dict[str, Any]:
@@ -290,6 +313,8 @@ def serve_config(settings: Settings, deployment: Deployment) -> dict[str, Any]:
                     "host": deployment.host,
                     "port": deployment.port,
                     "max_body": max_body_bytes(settings),
+                    # Only when set, so a config without one stays as it was.
+                    **({"allow": list(deployment.allow)} if deployment.allow else {}),
                 },
                 "deployments": [front],
             },

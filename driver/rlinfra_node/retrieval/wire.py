@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, TypeVar
@@ -72,6 +73,17 @@ Handler = Callable[[Request], Awaitable[Reply]]
 def json_bytes(data: Any) -> bytes:
     """JSON as Starlette's JSONResponse writes it, so both HTTP paths answer the same bytes."""
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def networks(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network, ...]:
+    """``cidrs`` as networks (raises ``ValueError`` naming the first that is not one)."""
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.IPv4Network(cidr, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"{cidr!r} is not an IPv4 address or CIDR block") from exc
+    return tuple(out)
 
 
 def error_reply(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
@@ -237,9 +249,29 @@ class Server:
     # Set by close(): answers from then on close their connection, so a kept-alive client
     # neither sends more requests during the drain nor loses one sent as the socket closes.
     closing: bool = False
+    # Who may ask (None: whoever reaches the socket). A peer outside these networks and not on
+    # loopback gets 403 naming its address, as this server sees it, and the connection closes.
+    allow: tuple[ipaddress.IPv4Network, ...] | None = None
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
     _idle: asyncio.Event | None = None
+
+    def refused(self, peer: str) -> str | None:
+        """Why ``peer`` may not ask (None: it may)."""
+        if self.allow is None:
+            return None
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return f"{peer} is not an IP address"
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if address.is_loopback or any(address in net for net in self.allow):
+            return None
+        return (
+            f"{address} may not use this service: list it (or its network) in "
+            "serving.retrieval.clients of the service's profile and run `rlinfra up` again"
+        )
 
     async def start(self) -> tuple[str, int]:
         self._idle = asyncio.Event()
@@ -257,6 +289,8 @@ class Server:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
+        peer = writer.get_extra_info("peername")
+        refused = self.refused(str(peer[0])) if peer else self.refused("unknown")
         try:
             while True:
                 try:
@@ -266,6 +300,10 @@ class Server:
                     await _close_after_error(reader, writer)
                     return
                 if request is None:
+                    return
+                if refused is not None:
+                    writer.write(encode_response(error_reply(403, refused), False))
+                    await _close_after_error(reader, writer)
                     return
                 self._enter()
                 try:

@@ -1,0 +1,213 @@
+"""Whether one cluster's nodes reach a service on another cluster's head, checked from there.
+
+A trainer cluster that uses a retrieval cluster (``serving.retrieval.clients``) needs an address
+of the retrieval head that the trainer's nodes reach, and the retrieval service must let the
+trainer's address in. Neither can be seen from the controller: clouds put the clusters in
+networks of their own, and the controller's view (an SSH tunnel, a public address) is not the
+trainer's. ``rlinfra status RETRIEVAL --endpoint PORT --from TRAINER`` therefore runs a check on
+the trainer's head, over SSH: for each address of the service's head (its private address, then
+the one SSH uses), it connects, asks ``GET /healthz`` and reports the status line and the source
+address its packets left from. The first address that answers, and does not refuse (403), is the
+URL to give the trainer (``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says
+what each address did and which address to list in the service's ``clients``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlinfra.errors import OperationError
+from rlinfra.render import Host
+
+# Runs on the client's head with its system Python (standard library only): argv is the port,
+# then the addresses to try; prints one JSON list.
+CHECK_SCRIPT = r"""
+import json, socket, sys
+
+port = int(sys.argv[1])
+rows = []
+for address in sys.argv[2:]:
+    row = {"address": address, "source": None, "status": None, "body": "", "error": None}
+    try:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.connect((address, port))
+        row["source"] = probe.getsockname()[0]
+        probe.close()
+    except OSError:
+        pass
+    try:
+        conn = socket.create_connection((address, port), timeout=5)
+    except OSError as exc:
+        row["error"] = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        rows.append(row)
+        continue
+    with conn:
+        conn.settimeout(10)
+        row["source"] = conn.getsockname()[0]
+        try:
+            conn.sendall(
+                b"GET /healthz HTTP/1.1\r\nHost: " + address.encode() + b"\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+            data = b""
+            while len(data) < 65536:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError as exc:
+            row["error"] = "no answer: " + (exc.strerror or str(exc) or type(exc).__name__)
+            rows.append(row)
+            continue
+    head, _, body = data.partition(b"\r\n\r\n")
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit():
+        row["status"] = int(parts[1])
+        row["body"] = body[:600].decode("utf-8", "replace")
+    else:
+        row["error"] = "not HTTP: " + repr(data[:40])
+    rows.append(row)
+print(json.dumps(rows))
+"""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the client's head saw at one address of the service's head."""
+
+    address: str
+    source: str | None
+    status: int | None
+    body: str
+    error: str | None
+
+    @property
+    def usable(self) -> bool:
+        return self.status is not None and self.status != 403
+
+    def describe(self) -> str:
+        if self.status == 403:
+            return f"{self.address}: refused (403): {_error_text(self.body)}"
+        if self.status is not None:
+            return f"{self.address}: HTTP {self.status}"
+        return f"{self.address}: {self.error}"
+
+
+def _error_text(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:200]
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return str(data["error"])
+    return body.strip()[:200]
+
+
+def candidates(head: Host) -> list[str]:
+    """The service head's addresses a client may use: private first (same network), then the
+    one SSH uses (often public); an address behind a jump host is still tried."""
+    out: list[str] = []
+    for address in (head.private_ip, head.ssh_host):
+        if address and address not in out:
+            out.append(address)
+    return out
+
+
+def run_check(
+    client_folder: Path, client_head: Host, port: int, addresses: list[str]
+) -> list[Attempt]:
+    """Run ``CHECK_SCRIPT`` on ``client_head`` (the script on stdin, addresses in argv)."""
+    from rlinfra.runners import ssh
+
+    command = shlex.join(["python3", "-", str(port), *addresses])
+    done = ssh.run(
+        client_folder, client_head, command, capture=True, timeout=60, stdin=CHECK_SCRIPT.encode()
+    )
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise OperationError(
+            f"the reach check on {client_head.name} exited {done.returncode}: {tail[0]}"
+        )
+    try:
+        rows = json.loads((done.stdout or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise OperationError(
+            f"the reach check on {client_head.name} printed no result: {done.stdout!r:.200}"
+        ) from None
+    return [
+        Attempt(
+            str(row["address"]),
+            row.get("source"),
+            row.get("status"),
+            str(row.get("body") or ""),
+            row.get("error"),
+        )
+        for row in rows
+    ]
+
+
+def choose(
+    cluster: str,
+    client: str,
+    client_head: Host,
+    port: int,
+    attempts: list[Attempt],
+) -> dict[str, Any]:
+    """The endpoint from the first usable attempt, or an error that says what to change."""
+    for attempt in attempts:
+        if attempt.usable:
+            return {
+                "url": f"http://{attempt.address}:{port}",
+                "via": "from-cluster",
+                "port": port,
+                "from": client,
+                "checked": {
+                    "node": client_head.name,
+                    "source": attempt.source,
+                    "request": "GET /healthz",
+                    "status": attempt.status,
+                },
+            }
+    seen = "; ".join(attempt.describe() for attempt in attempts)
+    sources = sorted({a.source for a in attempts if a.source})
+    refused = any(a.status == 403 for a in attempts)
+    if refused:
+        hint = (
+            f"Add the address the service named to serving.retrieval.clients in {cluster}'s "
+            f"profile, then run `rlinfra up --cluster {cluster}` again."
+        )
+    else:
+        named = ", ".join(sources) or "unknown"
+        public = (
+            f" or, where its traffic leaves through NAT, its public address {client_head.ssh_host}"
+            if client_head.ssh_host not in sources
+            else ""
+        )
+        hint = (
+            f"Is the service on port {port} running (`rlinfra status {cluster}`)? If {cluster} "
+            f"serves {client}, list {client}'s address ({named}{public}) in "
+            f"serving.retrieval.clients of {cluster}'s profile and run `rlinfra up --cluster "
+            f"{cluster}` again; the networks must also route to each other."
+        )
+    raise OperationError(
+        f"{client}'s head ({client_head.name}) cannot use port {port} of {cluster}'s head: {seen}",
+        hint,
+    )
+
+
+def refuses(address: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether an HTTP service at ``address:port`` answers this machine 403 (an allow list that
+    does not name it); anything else, an error included, is False."""
+    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 403
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
