@@ -20,6 +20,9 @@ RAY_HELPER = f"{BIN}/rlinfra-ray-node"
 CONVERGED = f"{ROOT}/converged"
 CONTRACT = f"{ROOT}/node.json"
 NODE_ENV = f"{ROOT}/node.env"
+# Keys a node keeps for itself (0700; files 0600): the ssh cloud's bucket key, sent over SSH.
+SECRETS = f"{ROOT}/secrets"
+BUCKET_CREDENTIALS = f"{SECRETS}/buckets.env"
 ACCEPTANCE_SCRIPT = f"{BIN}/allreduce.py"
 ACCEPTANCE_PIDFILE = f"{RUN}/acceptance.pid"
 

@@ -649,6 +649,7 @@ def up(
             ansible_changed = 0
             if verified is None or not verified.ok:
                 update_record(folder, ansible_digest=None)
+                cloud.before_configure(plan, folder, hosts)
                 result = run_playbook(
                     folder / "ansible",
                     "site.yml",
@@ -842,7 +843,7 @@ def plan_down(cluster: str, delete_buckets: bool, purge: bool = False) -> DownPl
     cloud = record.cloud
     contents: dict[str, int] = {}
     provider = cloud_for(cloud)
-    if delete_buckets and provider.empties_buckets:
+    if delete_buckets and provider.counts_buckets(folder):
         contents = {bucket: provider.bucket_versions(folder, bucket) for bucket in buckets}
     if purge and not provider.keeps_machines:
         raise UsageError(
@@ -883,7 +884,7 @@ def down(todo: DownPlan) -> None:
         storage_root = folder / "terraform" / "storage"
         if todo.delete_buckets and storage_root.is_dir():
             provider = cloud_for(todo.cloud)
-            if provider.empties_buckets:
+            if provider.counts_buckets(folder):
                 # Buckets are made with force_destroy = false: their data goes first, as shown
                 # and confirmed, so Terraform never stops halfway on a non-empty bucket.
                 for bucket in todo.buckets:

@@ -185,11 +185,12 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
     files["profile.yaml"] = header + _dump_yaml(resolved)
 
     tfvars = cloud.tfvars(plan, ctx)
-    for root, modules in cloud.roots.items():
+    for root in cloud.roots:
         if root not in tfvars:
             continue
+        source, modules = cloud.root_source(plan, root)
         prefix = f"terraform/{root}"
-        files.update(_tree(asset_dir("terraform") / "roots" / plan.cloud / root, prefix))
+        files.update(_tree(asset_dir("terraform") / "roots" / source / root, prefix))
         for module in modules:
             files.update(
                 _tree(asset_dir("terraform") / "modules" / module, f"{prefix}/modules/{module}")

@@ -137,5 +137,8 @@ def test_an_emulator_endpoint_is_refused_on_the_gcp_cloud(tmp_path: Path) -> Non
     }
     run = run_playbook(tmp_path / "run", str(play), _localhost(), extravars)
     assert run.rc != 0
-    assert "storage_gcs_endpoint (emulators only) unset on the gcp" in "\n".join(run.failures())
+    assert (
+        "storage_gcs_endpoint and storage_s3_endpoint (emulators only) unset on their own cloud"
+        in ("\n".join(run.failures()))
+    )
     assert not (tmp_path / "m").exists()

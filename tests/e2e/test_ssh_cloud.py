@@ -94,11 +94,15 @@ class Bed:
         return str(self.root / "ckpt")
 
     def cli(
-        self, *argv: str, check: bool = True, timeout: float = 900
+        self,
+        *argv: str,
+        check: bool = True,
+        timeout: float = 900,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [RLINFRA, *argv],
-            env=self.env,
+            env={**self.env, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -111,8 +115,8 @@ class Bed:
             )
         return result
 
-    def json(self, *argv: str) -> dict[str, object]:
-        data: dict[str, object] = json.loads(self.cli(*argv, "--json").stdout)
+    def json(self, *argv: str, env: dict[str, str] | None = None) -> dict[str, object]:
+        data: dict[str, object] = json.loads(self.cli(*argv, "--json", env=env).stdout)
         return data
 
     def profile(self, name: str, change: dict[str, object] | None = None) -> Path:
@@ -630,6 +634,110 @@ def test_two_clusters_one_retriever(bed: Bed) -> None:
     assert "the machine is kept" in down.stdout
     assert bed.on("r0", RLINFRA_PROCESSES).stdout.strip() == ""
     assert not (bed.home / "clusters" / retr).exists()
+
+
+KEY_ID = "AKIACANARYE2EBUCKETKEY"
+SECRET = "canary-e2e-secret-of-the-hosts-bucket-key"
+
+
+def _s3_profile(bed: Bed, bucket: str) -> Path:
+    """The host r0 with an S3 bucket (ssh.buckets), no workload: the pipeline up to the mount."""
+    data = json.loads(json.dumps(bed.profile_data))
+    for key in ("workload", "serving"):
+        data.pop(key, None)
+    data["description"] = "e2e: an S3 bucket for an existing host"
+    data["storage"] = [{"bucket": bucket, "mount_path": str(bed.root / "s3ckpt"), "mode": "MOUNT"}]
+    data["ssh"] = {
+        "identity_file": str(bed.key),
+        # The package cache is shared; the bucket is not: it lives in S3 (the emulator).
+        "shared_filesystem": True,
+        "min_free_gb": 1,
+        "hosts": [{"name": "r0", "address": bed.nodes["r0"].ip}],
+        "buckets": {"cloud": "aws", "region": "us-east-1"},
+    }
+    path = bed.root / "s3.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_an_s3_bucket_for_existing_hosts_with_a_key_sent_over_ssh(bed: Bed) -> None:
+    """ssh.buckets: Terraform makes the bucket in S3 (an AWS API emulator on the hosts' bridge),
+    `up` sends the hosts' key over SSH, rclone mounts the bucket with it and a file written on
+    the host lands in S3; the key is in no file, state, log or argument; `down` takes the key
+    away and keeps the bucket; `down --delete-buckets` deletes it."""
+    sys.path.insert(0, str(REPO / "tests" / "terraform"))
+    from test_aws_modules import MIRROR, emulator
+
+    cluster = f"s3-{bed.ident}"
+    bucket = f"rlinfra-s3-{bed.ident}"
+    mount = bed.root / "s3ckpt"
+    gateway = bed.subnet.replace(".0/24", ".1")
+    with emulator(bed.root, host=gateway) as emu:
+        env = {
+            "RLINFRA_AWS_ENDPOINT_URL": emu.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "BUCKET_AWS_ACCESS_KEY_ID": KEY_ID,
+            "BUCKET_AWS_SECRET_ACCESS_KEY": SECRET,
+            **({"RLINFRA_TF_PLUGIN_MIRROR": str(MIRROR)} if MIRROR else {}),
+        }
+        s3 = emu.client("s3")
+        said: list[str] = []
+        try:
+            up = bed.cli("up", "-p", str(_s3_profile(bed, bucket)), "-c", cluster, "--yes", env=env)
+            said += [up.stdout, up.stderr]
+            assert "bucket key to 1 host(s) over SSH" in up.stderr, up.stderr
+            assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+            key_file = bed.on("r0", "stat -c '%a %U' /opt/rlinfra/secrets /opt/rlinfra/secrets/*")
+            assert key_file.stdout.split("\n")[:2] == ["700 root", "600 root"], key_file.stdout
+            wrote = bed.cli(
+                "exec",
+                cluster,
+                "--",
+                f"mountpoint -q {mount} && echo from-r0 > {mount}/written-on-r0.txt && "
+                "ps -eo args=",
+                env=env,
+            )
+            said += [wrote.stdout, wrote.stderr]
+            # rclone's write cache uploads in the background.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    body = s3.get_object(Bucket=bucket, Key="written-on-r0.txt")["Body"].read()
+                    break
+                except s3.exceptions.NoSuchKey:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1)
+            assert body == b"from-r0\n"
+            # The key is nowhere but in the host's 0600 file: not in a process argument (the
+            # `ps` above, rclone's included), nor in rlinfra's output, files, state or logs.
+            for text in said:
+                assert KEY_ID not in text and SECRET not in text
+            assert "rclone mount" in wrote.stdout
+            folder = bed.home / "clusters" / cluster
+            for path in folder.rglob("*"):
+                if path.is_file():
+                    content = path.read_text(errors="replace")
+                    assert KEY_ID not in content and SECRET not in content, path
+            # `down` keeps the bucket and takes the key away with the node contract.
+            bed.cli("down", cluster, "--yes", env=env)
+            gone = bed.on(
+                "r0",
+                "test -e /opt/rlinfra/secrets && echo key || echo no-key; "
+                f"mountpoint -q {mount} && echo mounted || echo unmounted",
+            )
+            assert gone.stdout.split() == ["no-key", "unmounted"], gone.stdout
+            assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+            deleted = bed.cli("down", cluster, "--yes", "--purge", "--delete-buckets", env=env)
+            assert "object version(s)" in deleted.stdout + deleted.stderr
+            assert bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        finally:
+            if (bed.home / "clusters" / cluster / "record.json").is_file():
+                bed.cli(
+                    "down", cluster, "--yes", "--purge", "--delete-buckets", check=False, env=env
+                )
 
 
 def test_second_up_passes_preflight_and_changes_nothing(bed: Bed) -> None:

@@ -413,8 +413,9 @@ class Emulator:
 
 
 @contextlib.contextmanager
-def emulator(tmp: Path) -> Iterator[Emulator]:
-    """A moto server of our own on a free port, stopped by pid at the end."""
+def emulator(tmp: Path, host: str = "127.0.0.1") -> Iterator[Emulator]:
+    """A moto server of our own on a free port of ``host`` (loopback, or an address that test
+    hosts reach), stopped by pid at the end."""
     images = tmp / "amis.json"
     images.write_text(json.dumps(EMULATOR_IMAGES))
     port = free_port()
@@ -423,7 +424,7 @@ def emulator(tmp: Path) -> Iterator[Emulator]:
     env["MOTO_AMIS_PATH"] = str(images)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(MOTO_SERVER), "-p", str(port), "-H", "127.0.0.1"],
+            [str(MOTO_SERVER), "-p", str(port), "-H", host],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -432,12 +433,12 @@ def emulator(tmp: Path) -> Iterator[Emulator]:
     try:
         deadline = time.monotonic() + 30
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            with contextlib.suppress(OSError), socket.create_connection((host, port), 1):
                 break
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"moto_server did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        yield Emulator(f"http://127.0.0.1:{port}", process, log)
+        yield Emulator(f"http://{host}:{port}", process, log)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGTERM)

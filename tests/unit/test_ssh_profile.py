@@ -443,7 +443,7 @@ def test_down_removes_only_rlinfras_files() -> None:
     removed = [line for line in kept.splitlines() if "rm " in line]
     assert removed == [
         "rm -rf /opt/rlinfra/node.env /opt/rlinfra/node.json /opt/rlinfra/converged "
-        "/opt/rlinfra/ray /opt/rlinfra/jobs /opt/rlinfra/run"
+        "/opt/rlinfra/ray /opt/rlinfra/jobs /opt/rlinfra/run /opt/rlinfra/secrets"
     ]
     extra = [
         line.strip()

@@ -71,10 +71,15 @@ def site(profile: Profile, source: str, offered: set[str] | None) -> Site:
 
 
 def _common(plan: Plan, ctx: Context) -> dict[str, Any]:
+    return common_tfvars(region(plan), plan.profile.name, ctx)
+
+
+def common_tfvars(region_name: str, profile_name: str, ctx: Context) -> dict[str, Any]:
+    """What every AWS root takes: region, tags and, for an emulator, its endpoints."""
     endpoint = ctx.controller.aws_endpoint
     out: dict[str, Any] = {
-        "region": region(plan),
-        "tags": {"rlinfra:profile": plan.profile.name},
+        "region": region_name,
+        "tags": {"rlinfra:profile": profile_name},
     }
     if endpoint:
         out["endpoints"] = {name: endpoint for name in ("ec2", "s3", "sts", "iam")}

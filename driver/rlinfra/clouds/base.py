@@ -150,6 +150,21 @@ class Cloud(ABC):
         """Whether ``bucket_versions``/``empty_bucket`` are offered."""
         return type(self).bucket_versions is not Cloud.bucket_versions
 
+    def counts_buckets(self, folder: Path) -> bool:
+        """Whether the buckets of the deployment in ``folder`` are counted and emptied before
+        `down --delete-buckets` destroys them (``bucket_versions``/``empty_bucket``)."""
+        return self.empties_buckets
+
+    def root_source(self, plan: Plan, root: str) -> tuple[str, tuple[str, ...]]:
+        """Where a root's Terraform comes from: ``terraform/roots/<cloud>/<root>`` and the
+        modules it uses (by default this cloud's own, ``roots[root]``)."""
+        return self.name, self.roots[root]
+
+    def before_configure(self, plan: Plan, folder: Path, nodes: list[Host]) -> None:
+        """What the nodes need before Ansible configures them that must not pass through
+        Ansible (a key sent over SSH); nothing by default."""
+        return None
+
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         """Object versions (and delete markers) in ``bucket``; 0 when it is gone."""
         raise NotImplementedError(f"the {self.name} cloud does not count bucket contents")

@@ -5,7 +5,9 @@ over SSH before changing anything (``clouds/ssh_preflight.py``), then runs the s
 roles, Ray cluster, acceptance check and job as every cloud. `down` leaves the machines: it stops
 rlinfra's processes and removes the node contract; `down --purge` removes all that rlinfra
 installed. Buckets: local buckets (folders of this machine) when the hosts share its filesystem
-(``ssh.shared_filesystem``); cloud buckets are not offered yet.
+(``ssh.shared_filesystem``), or S3 buckets (``ssh.buckets``): Terraform makes them with this
+machine's AWS credentials (the aws cloud's storage root), and the hosts mount them with rclone
+and a key of the user's that reaches them over SSH's standard input only (``send_bucket_key``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ RLINFRA_ROOT = layout.ROOT
 # Files of the base role outside /opt/rlinfra (removed by --purge only if rlinfra wrote them).
 SYSTEM_FILES = ("/etc/security/limits.d/90-rlinfra.conf", "/etc/sysctl.d/90-rlinfra.conf")
 # The node contract and what belongs to one cluster's run (removed by every `down`).
-CONTRACT = ("node.env", "node.json", "converged", "ray", "jobs", "run")
+CONTRACT = ("node.env", "node.json", "converged", "ray", "jobs", "run", "secrets")
 # SSH options of every connection a bastion makes for us.
 _BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 
@@ -115,12 +117,21 @@ def site(profile: Profile, source: str, cluster: str) -> Site:
             f"{source}: resources.accelerators: the ssh cloud's hosts are given; declare the one "
             "GPU kind and count they have (e.g. H100:8)"
         )
-    if profile.storage and not ssh.shared_filesystem:
+    if profile.storage and not ssh.shared_filesystem and ssh.buckets is None:
         raise UsageError(
-            f"{source}: storage: the ssh cloud mounts local buckets only (folders of this "
-            "machine), which needs ssh.shared_filesystem: true; cloud buckets are not offered yet",
-            "Remove storage, or set ssh.shared_filesystem when the hosts see RLINFRA_HOME.",
+            f"{source}: storage: local buckets (folders of this machine) need "
+            "ssh.shared_filesystem: true, and cloud buckets need ssh.buckets",
+            "Set ssh.buckets: {cloud: aws, region: REGION} (S3, mounted with a key you give), "
+            "or ssh.shared_filesystem when the hosts see RLINFRA_HOME, or remove storage.",
         )
+    if ssh.buckets is not None:
+        unnamed = [i for i, item in enumerate(profile.storage) if item.bucket is None]
+        if unnamed:
+            raise UsageError(
+                f"{source}: storage[{unnamed[0]}].bucket: S3 bucket names are global, and no "
+                "account of the ssh cloud tells yours apart; give each bucket its exact name",
+                "Set storage[].bucket (or --env CHECKPOINT_BUCKET_NAME=NAME for the first).",
+            )
     ordered = ssh.ordered()[: profile.resources.num_nodes]
     names = tuple(node_name(h, cluster, rank) for rank, h in enumerate(ordered))
     if len(set(names)) != len(names):
@@ -135,9 +146,105 @@ def site(profile: Profile, source: str, cluster: str) -> Site:
 def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
     if not plan.storage_buckets:
         return {}
+    buckets = section(plan.profile, plan.source).buckets
+    if buckets is not None:
+        from rlinfra.clouds import aws
+
+        return {
+            "storage": {
+                **aws.common_tfvars(buckets.region, plan.profile.name, ctx),
+                "buckets": plan.storage_buckets,
+            }
+        }
     return {
         "storage": {"buckets": plan.storage_buckets, "bucket_root": str(local.bucket_root(ctx))}
     }
+
+
+def bucket_ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
+    """The storage role's S3 settings for ``ssh.buckets`` (empty without)."""
+    buckets = section(plan.profile, plan.source).buckets
+    if buckets is None:
+        return {}
+    return {
+        "storage_backend": "s3",
+        "storage_local_root": "",
+        "storage_s3_region": buckets.region,
+        "storage_s3_credentials_file": layout.BUCKET_CREDENTIALS,
+        # An AWS API emulator's endpoint (RLINFRA_AWS_ENDPOINT_URL), never set against AWS.
+        "storage_s3_endpoint": ctx.controller.aws_endpoint or "",
+    }
+
+
+def bucket_key(plan: Plan, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The hosts' key for ``ssh.buckets`` from ``environ``; UsageError naming what is unset."""
+    buckets = section(plan.profile, plan.source).buckets
+    if buckets is None or not plan.profile.storage:
+        return None
+    missing = [name for name in buckets.env_names if not environ.get(name)]
+    if missing:
+        raise UsageError(
+            f"{plan.source}: ssh.buckets: {' and '.join(missing)} not set in this environment; "
+            "the hosts mount the S3 buckets with that key",
+            "Export the key the hosts should use (ideally one that may use these buckets only), "
+            "or name other variables in ssh.buckets.access_key_id_env/secret_access_key_env.",
+        )
+    key_id, secret = buckets.env_names
+    return environ[key_id], environ[secret]
+
+
+def send_bucket_key(plan: Plan, folder: Path, nodes: list[Host]) -> None:
+    """Write the hosts' bucket key to each host's BUCKET_CREDENTIALS (0600, its folder 0700),
+    through SSH's standard input: never in an argument, a rendered file or Ansible's hands."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlinfra.runners import ssh
+
+    key = bucket_key(plan, os.environ)
+    if key is None:
+        return
+    body = (
+        f"AWS_ACCESS_KEY_ID={shlex.quote(key[0])}\nAWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}\n"
+    ).encode()
+    target = layout.BUCKET_CREDENTIALS
+    script = (
+        f"umask 077 && mkdir -p {layout.SECRETS} && chmod 0700 {layout.SECRETS} && "
+        f"cat > {target}.tmp && mv -f {target}.tmp {target}"
+    )
+
+    def send(host: Host) -> str | None:
+        sudo = "" if host.ssh_user == "root" else "sudo -n "
+        done = ssh.run(
+            folder,
+            host,
+            f"{sudo}sh -c {shlex.quote(script)}",
+            capture=True,
+            timeout=60,
+            stdin=body,
+        )
+        if done.returncode != 0:
+            detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
+            return f"{host.name}: {detail} (exit {done.returncode})"
+        return None
+
+    with (
+        ui.step(f"bucket key to {len(nodes)} host(s) over SSH"),
+        ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool,
+    ):
+        failed = [line for line in pool.map(send, nodes) if line]
+    if failed:
+        raise OperationError(
+            f"could not give the bucket key to {len(failed)} of {len(nodes)} host(s): {failed[0]}",
+            "Fix the host and run `up` again.",
+        )
+
+
+def _s3_buckets(folder: Path) -> bool:
+    """Whether the deployment's buckets are S3 (its storage root is the aws one)."""
+    import json
+
+    tfvars = folder / "terraform" / "storage" / "terraform.tfvars.json"
+    return tfvars.is_file() and "region" in json.loads(tfvars.read_text())
 
 
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
@@ -151,6 +258,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
             "base_manage_limits": False,
             # uv comes through SSH (the local cloud's staged copy is not made for this cloud).
             "python_env_uv_binary_host_src": "",
+            **bucket_ansible_vars(plan, ctx),
         }
     return {
         "python_env_python": "python3" if python == "system" else python,
@@ -158,6 +266,11 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "python_env_cache_dir": f"{RLINFRA_ROOT}/cache/uv",
         "storage_backend": "local",
         "storage_local_root": "",
+        **(
+            {**bucket_ansible_vars(plan, ctx), "base_extra_packages": ["rsync", "rclone", "fuse3"]}
+            if ssh.buckets is not None and plan.profile.storage
+            else {}
+        ),
     }
 
 
@@ -429,7 +542,8 @@ def release_hosts(folder: Path, record: Record, purge: bool) -> None:
 
 
 class SshCloud(Cloud):
-    """Existing machines over SSH; local buckets when they share this machine's files."""
+    """Existing machines over SSH; local buckets when they share this machine's files, S3
+    buckets (ssh.buckets) otherwise."""
 
     name = "ssh"
     roots = ROOTS
@@ -449,6 +563,39 @@ class SshCloud(Cloud):
                 raise UsageError(
                     f"{plan.source}: ssh: identity file {host.ssh_key} of {host.name} does not exist"
                 )
+        if bucket_key(plan, os.environ) is not None:
+            from rlinfra.clouds.aws import credentials_configured
+
+            if not credentials_configured(os.environ):
+                raise UsageError(
+                    f"{plan.source}: ssh.buckets: Terraform makes the S3 buckets with this "
+                    "machine's AWS credentials, and none are configured",
+                    "Set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY here (`aws "
+                    "configure`); the hosts use the ssh.buckets key instead.",
+                )
+
+    def root_source(self, plan: Plan, root: str) -> tuple[str, tuple[str, ...]]:
+        if root == "storage" and section(plan.profile, plan.source).buckets is not None:
+            from rlinfra.clouds import aws
+
+            return "aws", aws.ROOTS["storage"]
+        return super().root_source(plan, root)
+
+    def before_configure(self, plan: Plan, folder: Path, nodes: list[Host]) -> None:
+        send_bucket_key(plan, folder, nodes)
+
+    def counts_buckets(self, folder: Path) -> bool:
+        return _s3_buckets(folder)
+
+    def bucket_versions(self, folder: Path, bucket: str) -> int:
+        from rlinfra.clouds import aws
+
+        return aws.bucket_versions(folder, bucket)
+
+    def empty_bucket(self, folder: Path, bucket: str) -> int:
+        from rlinfra.clouds import aws
+
+        return aws.empty_bucket(folder, bucket)
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
         return None

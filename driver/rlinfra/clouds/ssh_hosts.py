@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -131,6 +131,57 @@ class SshHost(StrictModel):
         return self.private_address or self.address
 
 
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+AWS_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+
+
+class SshBuckets(StrictModel):
+    """Buckets of a cloud's object store for the hosts (made by Terraform, mounted with rclone).
+
+    The hosts have no instance role to grant the bucket, so they get a key of the user's: the
+    two environment variables named here hold it on this machine (ideally a key that may use
+    these buckets only). rlinfra sends it to each host over SSH's standard input, into a 0600
+    file under /opt/rlinfra/secrets that rclone reads; it is never in a rendered file,
+    Terraform's state, Ansible's files or variables, a log or a process argument. Terraform
+    makes the buckets with this machine's own AWS credentials, as on the aws cloud.
+    """
+
+    cloud: Literal["aws"] = Field(description="The object store: S3 (aws).")
+    region: str = Field(default="us-east-1", description="The buckets' AWS region.")
+    access_key_id_env: str = Field(
+        default="BUCKET_AWS_ACCESS_KEY_ID",
+        description="Environment variable (here) with the hosts' access key id.",
+    )
+    secret_access_key_env: str = Field(
+        default="BUCKET_AWS_SECRET_ACCESS_KEY",
+        description="Environment variable (here) with the hosts' secret access key.",
+    )
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not AWS_REGION_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an AWS region name such as us-east-1")
+        return value
+
+    @field_validator("access_key_id_env", "secret_access_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not ENV_NAME_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name (A-Z, 0-9, _)")
+        return value
+
+    @model_validator(mode="after")
+    def _two(self) -> SshBuckets:
+        if self.access_key_id_env == self.secret_access_key_env:
+            raise ValueError("access_key_id_env and secret_access_key_env name one variable")
+        return self
+
+    @property
+    def env_names(self) -> tuple[str, str]:
+        return self.access_key_id_env, self.secret_access_key_env
+
+
 class SshHosts(StrictModel):
     """Machines you already have (``cloud: ssh``): no Terraform compute, rlinfra's nodes only."""
 
@@ -160,6 +211,12 @@ class SshHosts(StrictModel):
         default=False,
         description="The hosts see this machine's RLINFRA_HOME and cache at the same paths (an "
         "NFS share, or hosts on this machine): local buckets and one shared package cache.",
+    )
+    buckets: SshBuckets | None = Field(
+        default=None,
+        description="Make the profile's buckets in a cloud's object store (Terraform) and mount "
+        "them on the hosts with rclone, with a key the hosts get over SSH; unset: local buckets "
+        "(folders of this machine), which need shared_filesystem.",
     )
     min_free_gb: float = Field(
         default=10.0, ge=0.0, description="Free disk under /opt that preflight asks of each host."

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,42 @@ def _widen(spans: dict[str, list[float]], role: str, start: Any, end: Any) -> No
     span[0], span[1] = min(span[0], first), max(span[1], last)
 
 
+# What ansible-playbook sees of this process's environment. ansible-runner starts it with a copy
+# of the whole environment and writes that copy into the run's artifacts (``command``), so every
+# other variable goes in blank: a key exported here for Terraform (AWS_SECRET_ACCESS_KEY), for a
+# job (--secret WANDB_API_KEY) or for the hosts (ssh.buckets) never reaches Ansible or its files.
+# The roles read nothing from the controller's environment.
+PASSED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "SSH_AUTH_SOCK",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+    }
+)
+PASSED_PREFIXES = ("ANSIBLE_", "LC_", "XDG_")
+
+
+def blanked_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """An empty value for each variable of ``environ`` that Ansible is not given."""
+    return {
+        name: ""
+        for name in environ
+        if name not in PASSED_ENV and not name.startswith(PASSED_PREFIXES)
+    }
+
+
 def run_playbook(
     ansible_dir: Path,
     playbook: str,
@@ -68,6 +105,7 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)
     envvars = {
+        **blanked_environment(os.environ),
         "ANSIBLE_CONFIG": str(ansible_dir / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(ansible_dir / "roles"),
         "ANSIBLE_LOCAL_TEMP": str(private / "tmp"),

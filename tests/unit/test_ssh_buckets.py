@@ -1,0 +1,183 @@
+"""`ssh.buckets`: S3 buckets for machines you already have, without any host or AWS.
+
+What is checked here: the profile's settings and refusals, the storage root that `render` writes
+(the aws cloud's, with this machine's credentials left to the environment), the storage role's
+variables, and that the hosts' key is in no rendered file. The buckets made for real, the key
+sent over SSH and the mount: tests/e2e/test_ssh_cloud.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CliResult, files_under
+from rlinfra.clouds import ssh as ssh_cloud
+from rlinfra.plan import make_plan
+from rlinfra.profile import profile_from_data
+
+Cli = Callable[..., CliResult]
+KEY_ID = "AKIACANARY0SSHBUCKET1"
+SECRET = "canary-secret-of-the-hosts-bucket-key"
+
+
+def profile_data(key: Path, **buckets: object) -> dict[str, object]:
+    return {
+        "cloud": "ssh",
+        "storage": [{"bucket": "team-ckpt-7f3a", "mount_path": "/checkpoints"}],
+        "ssh": {
+            "identity_file": str(key),
+            "hosts": [{"name": "box", "address": "192.0.2.10"}],
+            "buckets": {"cloud": "aws", "region": "eu-west-1", **buckets},
+        },
+    }
+
+
+def write(tmp_path: Path, data: dict[str, object]) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def usage_line(result: CliResult) -> str:
+    assert result.code == 2, (result.code, result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, result.err
+    return lines[0]
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "id_test"
+    path.write_text("not a real key\n")
+    return path
+
+
+def test_render_writes_the_aws_storage_root_and_s3_role_settings_without_the_key(
+    cli: Cli, home: Path, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUCKET_AWS_ACCESS_KEY_ID", KEY_ID)
+    monkeypatch.setenv("BUCKET_AWS_SECRET_ACCESS_KEY", SECRET)
+    out = tmp_path / "review"
+    done = cli("render", "-p", str(write(tmp_path, profile_data(key))), "--out", str(out))
+    assert done.code == 0, done.err
+    root = out / "terraform" / "storage"
+    main = (root / "main.tf").read_text()
+    assert 'provider "aws"' in main and 'source   = "./modules/aws_bucket"' in main
+    assert (root / "modules" / "aws_bucket" / "main.tf").is_file()
+    assert not (root / "modules" / "local_bucket").exists()
+    tfvars = yaml.safe_load((root / "terraform.tfvars.json").read_text())
+    assert tfvars["region"] == "eu-west-1" and tfvars["buckets"] == ["team-ckpt-7f3a"]
+    assert "endpoints" not in tfvars  # AWS itself (no RLINFRA_AWS_ENDPOINT_URL)
+    variables = yaml.safe_load((out / "ansible" / "vars.yml").read_text())
+    assert variables["storage_backend"] == "s3"
+    assert variables["storage_s3_region"] == "eu-west-1"
+    assert variables["storage_s3_credentials_file"] == "/opt/rlinfra/secrets/buckets.env"
+    assert variables["storage_s3_endpoint"] == ""
+    assert set(variables["base_extra_packages"]) >= {"rclone", "fuse3"}
+    # The key is nowhere in what was rendered.
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert KEY_ID not in text and SECRET not in text, path
+    assert files_under(home) == []
+
+
+def test_an_emulators_endpoint_reaches_terraform_and_the_role(
+    tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlinfra.context import Context, Controller
+
+    plan = make_plan(profile_from_data(profile_data(key), "p.yaml", "box"), "p.yaml")
+    controller = Controller("uv", "python3", None, aws_endpoint="http://10.9.0.1:5000")
+    ctx = Context(tmp_path, tmp_path, tmp_path, "", "t", controller)
+    storage = ssh_cloud.tfvars(plan, ctx)["storage"]
+    assert storage["endpoints"]["s3"] == "http://10.9.0.1:5000"
+    assert ssh_cloud.CLOUD.root_source(plan, "storage") == ("aws", ("aws_bucket",))
+    assert ssh_cloud.bucket_ansible_vars(plan, ctx)["storage_s3_endpoint"] == (
+        "http://10.9.0.1:5000"
+    )
+    local = make_plan(
+        profile_from_data(
+            {
+                **profile_data(key),
+                "ssh": {
+                    **profile_data(key)["ssh"],
+                    "buckets": None,  # type: ignore[dict-item]
+                    "shared_filesystem": True,
+                },
+            },
+            "p.yaml",
+            "box",
+        ),
+        "p.yaml",
+    )
+    assert ssh_cloud.CLOUD.root_source(local, "storage") == ("ssh", ("local_bucket",))
+    assert ssh_cloud.bucket_ansible_vars(local, ctx) == {}
+
+
+@pytest.mark.parametrize(
+    ("buckets", "fragments"),
+    [
+        ({"cloud": "gcp"}, ["ssh.buckets.cloud", "'aws'"]),
+        ({"region": "Europe"}, ["ssh.buckets.region", "not an AWS region name"]),
+        ({"access_key_id_env": "lower"}, ["ssh.buckets.access_key_id_env", "not an environment"]),
+        (
+            {"access_key_id_env": "SAME", "secret_access_key_env": "SAME"},
+            ["ssh.buckets", "name one variable"],
+        ),
+    ],
+)
+def test_bad_bucket_settings_are_one_line_exit_2(
+    cli: Cli,
+    home: Path,
+    tmp_path: Path,
+    key: Path,
+    buckets: dict[str, object],
+    fragments: list[str],
+) -> None:
+    line = usage_line(cli("validate", "-p", str(write(tmp_path, profile_data(key, **buckets)))))
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    assert files_under(home) == []
+
+
+def test_a_bucket_without_an_exact_name_is_refused(
+    cli: Cli, home: Path, tmp_path: Path, key: Path
+) -> None:
+    data = profile_data(key)
+    data["storage"] = [{"prefix": "team-ckpt", "mount_path": "/checkpoints"}]
+    line = usage_line(cli("plan", "-p", str(write(tmp_path, data))))
+    assert "storage[0].bucket: S3 bucket names are global" in line
+    assert files_under(home) == []
+
+
+def test_up_refuses_before_any_host_or_cloud_without_the_hosts_key(
+    cli: Cli, home: Path, tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """192.0.2.10 answers nobody: a refusal that came after SSH would take seconds and say so."""
+    monkeypatch.delenv("BUCKET_AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.setenv("BUCKET_AWS_SECRET_ACCESS_KEY", SECRET)
+    path = write(tmp_path, profile_data(key))
+    line = usage_line(cli("up", "-p", str(path), "--yes"))
+    assert "ssh.buckets: BUCKET_AWS_ACCESS_KEY_ID not set in this environment" in line
+    monkeypatch.setenv("BUCKET_AWS_ACCESS_KEY_ID", KEY_ID)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    line = usage_line(cli("up", "-p", str(path), "--yes"))
+    assert "Terraform makes the S3 buckets with this machine's AWS credentials" in line
+    assert not (home / "clusters").exists() or files_under(home / "clusters") == []
+
+
+def test_local_buckets_still_need_a_shared_filesystem(
+    cli: Cli, home: Path, tmp_path: Path, key: Path
+) -> None:
+    data = profile_data(key)
+    data["ssh"] = {k: v for k, v in data["ssh"].items() if k != "buckets"}  # type: ignore[union-attr]
+    line = usage_line(cli("validate", "-p", str(write(tmp_path, data))))
+    assert "storage: local buckets (folders of this machine) need" in line
+    assert "cloud buckets need ssh.buckets" in line
