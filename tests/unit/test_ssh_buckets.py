@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_ssh_profile import usage_line, write
 
 from conftest import CliResult, files_under
 from rlinfra.clouds import ssh as ssh_cloud
@@ -34,19 +35,6 @@ def profile_data(key: Path, **buckets: object) -> dict[str, object]:
             "buckets": {"cloud": "aws", "region": "eu-west-1", **buckets},
         },
     }
-
-
-def write(tmp_path: Path, data: dict[str, object]) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def usage_line(result: CliResult) -> str:
-    assert result.code == 2, (result.code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("Error: ")]
-    assert len(lines) == 1, result.err
-    return lines[0]
 
 
 @pytest.fixture
