@@ -1076,7 +1076,10 @@ def endpoint_from(cluster: str, port: int, client: str) -> dict[str, Any]:
     _require_ready(client, client_record)
     client_head = client_record.hosts[0]
     attempts = reach.run_check(client_folder, client_head, port, reach.candidates(record.hosts[0]))
-    return reach.choose(cluster, client, client_head, port, attempts)
+    serving = (record.resolved_profile or {}).get("serving") or {}
+    retrieval = serving.get("retrieval") or {}
+    front = bool(retrieval) and int(retrieval.get("port", 0)) == port
+    return reach.choose(cluster, client, client_head, port, attempts, front=front)
 
 
 def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:

@@ -7,8 +7,8 @@ networks of their own, and the controller's view (an SSH tunnel, a public addres
 trainer's. ``rlinfra status RETRIEVAL --endpoint PORT --from TRAINER`` therefore runs a check on
 the trainer's head, over SSH: for each address of the service's head (its private address, then
 the one SSH uses), it connects, asks ``GET /healthz`` and reports the status line and the source
-address its packets left from. The first address that answers, and does not refuse (403), is the
-URL to give the trainer (``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says
+address its packets left from. The first address that answers with success (for the retrieval
+endpoint: the front's own header, naming at least one replica) is the URL to give the trainer (``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says
 what each address did and which address to list in the service's ``clients``.
 """
 
@@ -32,7 +32,8 @@ import json, socket, sys
 port = int(sys.argv[1])
 rows = []
 for address in sys.argv[2:]:
-    row = {"address": address, "source": None, "status": None, "body": "", "error": None}
+    row = {"address": address, "source": None, "status": None, "body": "", "error": None,
+           "replicas": None}
     try:
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         probe.connect((address, port))
@@ -65,10 +66,15 @@ for address in sys.argv[2:]:
             rows.append(row)
             continue
     head, _, body = data.partition(b"\r\n\r\n")
-    parts = head.split(b"\r\n", 1)[0].split()
+    lines = head.split(b"\r\n")
+    parts = lines[0].split()
     if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit():
         row["status"] = int(parts[1])
         row["body"] = body[:600].decode("utf-8", "replace")
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"x-rlinfra-replicas" and value.strip().isdigit():
+                row["replicas"] = int(value.strip())
     else:
         row["error"] = "not HTTP: " + repr(data[:40])
     rows.append(row)
@@ -85,14 +91,23 @@ class Attempt:
     status: int | None
     body: str
     error: str | None
+    # The retrieval front's x-rlinfra-replicas header (replicas it routes to), when it sent one.
+    replicas: int | None = None
 
-    @property
-    def usable(self) -> bool:
-        return self.status is not None and self.status != 403
+    def usable(self, front: bool) -> bool:
+        """A success; for a retrieval front (``front``), also its own header with at least one
+        replica: some other HTTP service at a private address that the two networks both use
+        (clouds reuse ranges) does not pass."""
+        ok = self.status is not None and 200 <= self.status < 400
+        return ok and (not front or (self.replicas or 0) > 0)
 
-    def describe(self) -> str:
+    def describe(self, front: bool = False) -> str:
         if self.status == 403:
             return f"{self.address}: refused (403): {_error_text(self.body)}"
+        if self.status is not None and front and self.replicas is None:
+            return f"{self.address}: HTTP {self.status}, not the retrieval front (another service?)"
+        if self.status is not None and front and not self.replicas:
+            return f"{self.address}: HTTP {self.status}, the front routes to no replica yet"
         if self.status is not None:
             return f"{self.address}: HTTP {self.status}"
         return f"{self.address}: {self.error}"
@@ -146,6 +161,7 @@ def run_check(
             row.get("status"),
             str(row.get("body") or ""),
             row.get("error"),
+            row.get("replicas"),
         )
         for row in rows
     ]
@@ -157,10 +173,12 @@ def choose(
     client_head: Host,
     port: int,
     attempts: list[Attempt],
+    front: bool = False,
 ) -> dict[str, Any]:
-    """The endpoint from the first usable attempt, or an error that says what to change."""
+    """The endpoint from the first usable attempt, or an error that says what to change;
+    ``front``: the port is the cluster's retrieval endpoint."""
     for attempt in attempts:
-        if attempt.usable:
+        if attempt.usable(front):
             return {
                 "url": f"http://{attempt.address}:{port}",
                 "via": "from-cluster",
@@ -173,7 +191,7 @@ def choose(
                     "status": attempt.status,
                 },
             }
-    seen = "; ".join(attempt.describe() for attempt in attempts)
+    seen = "; ".join(attempt.describe(front) for attempt in attempts)
     sources = sorted({a.source for a in attempts if a.source})
     refused = any(a.status == 403 for a in attempts)
     if refused:
@@ -184,7 +202,8 @@ def choose(
     else:
         named = ", ".join(sources) or "unknown"
         public = (
-            f" or, where its traffic leaves through NAT, its public address {client_head.ssh_host}"
+            f" or, where its traffic leaves through NAT, its public address (SSH reaches it at "
+            f"{client_head.ssh_host})"
             if client_head.ssh_host not in sources
             else ""
         )

@@ -721,8 +721,12 @@ def test_an_s3_bucket_for_existing_hosts_with_a_key_sent_over_ssh(bed: Bed) -> N
                 if path.is_file():
                     content = path.read_text(errors="replace")
                     assert KEY_ID not in content and SECRET not in content, path
-            # `down` keeps the bucket and takes the key away with the node contract.
+            # `down` keeps the bucket and takes the key away with the node contract; a file
+            # written just before, still in rclone's write cache, is uploaded first.
+            bed.cli("exec", cluster, "--", f"echo late > {mount}/late.txt", env=env)
             bed.cli("down", cluster, "--yes", env=env)
+            late = s3.get_object(Bucket=bucket, Key="late.txt")["Body"].read()
+            assert late == b"late\n"
             gone = bed.on(
                 "r0",
                 "test -e /opt/rlinfra/secrets && echo key || echo no-key; "

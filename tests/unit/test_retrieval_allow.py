@@ -8,10 +8,14 @@ clusters: tests/e2e/test_ssh_cloud.py.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -161,31 +165,72 @@ def _check(port: int, *addresses: str) -> list[reach.Attempt]:
 HEAD = Host("t0", 0, "198.51.100.20", "10.5.0.20", "eth0", "root")
 
 
+@contextlib.contextmanager
+def _standing_replica() -> Iterator[str]:
+    """A plain HTTP server that answers every GET 200 (what the front asks of a replica)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status": "ok"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_reach_check_reports_refusal_answer_and_closed_port(front: FrontServer) -> None:
     address = own_address()
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         closed_port = closed.getsockname()[1]
-    refused, answered = _check(front.port, address, "127.0.0.1")
+    refused, empty = _check(front.port, address, "127.0.0.1")
     assert refused.status == 403 and refused.source == address
     assert "may not use this service" in refused.describe()
-    assert answered.status == 503 and answered.usable
-    # The first usable address wins: the refused one comes first and is passed over.
-    chosen = reach.choose("retr", "trainer", HEAD, front.port, [refused, answered])
-    assert chosen["url"] == f"http://127.0.0.1:{front.port}"
-    assert chosen["from"] == "trainer" and chosen["checked"]["status"] == 503
+    # The front answers loopback, but routes to no replica yet: not a usable retriever.
+    assert empty.status == 503 and empty.replicas == 0
+    assert not empty.usable(front=True) and not empty.usable(front=False)
+    assert "routes to no replica yet" in empty.describe(front=True)
     with pytest.raises(OperationError) as caught:
-        reach.choose("retr", "trainer", HEAD, front.port, [refused])
+        reach.choose("retr", "trainer", HEAD, front.port, [refused, empty], front=True)
     assert f"{address}: refused (403): {address} may not use this service" in str(caught.value)
     assert "rlinfra up --cluster retr" in str(caught.value.hint)
+    # With a replica registered (an HTTP server standing in for one), loopback is usable and
+    # wins over the refused address tried first.
+    with _standing_replica() as replica_url:
+        front.register("r1", replica_url)
+        deadline = time.monotonic() + 10
+        while front.replicas() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused, answered = _check(front.port, address, "127.0.0.1")
+    assert answered.status == 200 and answered.replicas == 1 and answered.usable(front=True)
+    chosen = reach.choose("retr", "trainer", HEAD, front.port, [refused, answered], front=True)
+    assert chosen["url"] == f"http://127.0.0.1:{front.port}"
+    assert chosen["from"] == "trainer" and chosen["checked"]["status"] == 200
+    # Another service that answers 200 at the address is not taken for the retriever.
+    other = reach.Attempt("10.42.0.5", "10.42.0.9", 200, "{}", None, None)
+    assert other.usable(front=False) and not other.usable(front=True)
+    assert "not the retrieval front" in other.describe(front=True)
     (nothing,) = _check(closed_port, "127.0.0.1")
-    assert nothing.status is None and nothing.error and not nothing.usable
+    assert nothing.status is None and nothing.error and not nothing.usable(front=False)
     with pytest.raises(OperationError) as caught:
         reach.choose("retr", "trainer", HEAD, closed_port, [nothing])
     assert "trainer's head (t0) cannot use port" in str(caught.value)
     hint = str(caught.value.hint)
     assert "serving.retrieval.clients of retr's profile" in hint
-    assert "127.0.0.1" in hint and "public address 198.51.100.20" in hint
+    assert "127.0.0.1" in hint and "SSH reaches it at 198.51.100.20" in hint
 
 
 def test_the_candidates_are_the_private_address_then_the_ssh_one() -> None:

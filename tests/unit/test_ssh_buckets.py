@@ -8,6 +8,7 @@ sent over SSH and the mount: tests/e2e/test_ssh_cloud.py.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,6 +142,11 @@ def test_a_bucket_without_an_exact_name_is_refused(
     line = usage_line(cli("plan", "-p", str(write(tmp_path, data))))
     assert "storage[0].bucket: S3 bucket names are global" in line
     assert files_under(home) == []
+    # --env CHECKPOINT_BUCKET_NAME names the first one, as its hint says.
+    path = write(tmp_path, data)
+    named = cli("plan", "-p", str(path), "--env", "CHECKPOINT_BUCKET_NAME=team-ckpt-7f3a", "--json")
+    assert named.code == 0, named.err
+    assert "team-ckpt-7f3a" in named.out
 
 
 def test_up_refuses_before_any_host_or_cloud_without_the_hosts_key(
@@ -169,3 +175,47 @@ def test_local_buckets_still_need_a_shared_filesystem(
     line = usage_line(cli("validate", "-p", str(write(tmp_path, data))))
     assert "storage: local buckets (folders of this machine) need" in line
     assert "cloud buckets need ssh.buckets" in line
+
+
+def test_the_key_file_is_written_0600_in_a_0700_folder_and_loads_back_exactly(
+    tmp_path: Path,
+) -> None:
+    """The script `up` runs on each host (as root, or through sudo -n), here under a folder of
+    the test's; the key holds characters a shell would otherwise take apart."""
+    import stat
+    import subprocess
+
+    root = tmp_path / "opt-rlinfra"
+    key = ("AKIA/with+odd'chars", 'sec"ret $(rm -rf /) `x` \\ ;|&')
+    for _ in range(2):  # again: the same file, replaced whole
+        done = subprocess.run(
+            ["sh", "-c", ssh_cloud.key_file_script(str(root))],
+            input=ssh_cloud.key_file_body(key),
+            capture_output=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+    secrets = root / "secrets"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o755  # the login user still runs the venv
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
+    assert stat.S_IMODE((secrets / "buckets.env").stat().st_mode) == 0o600
+    assert [p.name for p in secrets.iterdir()] == ["buckets.env"]
+    # What rclone's wrapper does with it: set -a, then source.
+    loaded = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'set -a && . "$0" && set +a && exec "$@"',
+            str(secrets / "buckets.env"),
+            sys.executable,
+            "-c",
+            "import os; print(os.environ['AWS_ACCESS_KEY_ID']); "
+            "print(os.environ['AWS_SECRET_ACCESS_KEY'])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.splitlines() == list(key)

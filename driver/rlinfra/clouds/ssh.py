@@ -26,7 +26,7 @@ from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, probe_host
 from rlinfra.context import Context
 from rlinfra.deploy import Record, deployment_dir
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan
+from rlinfra.plan import BUCKET_ENV, Plan
 from rlinfra.profile import Override, Profile
 from rlinfra.render import Host
 
@@ -37,6 +37,8 @@ RLINFRA_ROOT = layout.ROOT
 SYSTEM_FILES = ("/etc/security/limits.d/90-rlinfra.conf", "/etc/sysctl.d/90-rlinfra.conf")
 # The node contract and what belongs to one cluster's run (removed by every `down`).
 CONTRACT = ("node.env", "node.json", "converged", "ray", "jobs", "run", "secrets")
+# Seconds `down` gives a bucket's rclone, after unmounting it, to upload its write cache.
+UPLOAD_WAIT_S = 120
 # SSH options of every connection a bastion makes for us.
 _BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 
@@ -125,7 +127,12 @@ def site(profile: Profile, source: str, cluster: str) -> Site:
             "or ssh.shared_filesystem when the hosts see RLINFRA_HOME, or remove storage.",
         )
     if ssh.buckets is not None:
-        unnamed = [i for i, item in enumerate(profile.storage) if item.bucket is None]
+        named_by_env = bool(profile.env.get(BUCKET_ENV, "").strip())
+        unnamed = [
+            i
+            for i, item in enumerate(profile.storage)
+            if item.bucket is None and not (i == 0 and named_by_env)
+        ]
         if unnamed:
             raise UsageError(
                 f"{source}: storage[{unnamed[0]}].bucket: S3 bucket names are global, and no "
@@ -173,6 +180,8 @@ def bucket_ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "storage_s3_credentials_file": layout.BUCKET_CREDENTIALS,
         # An AWS API emulator's endpoint (RLINFRA_AWS_ENDPOINT_URL), never set against AWS.
         "storage_s3_endpoint": ctx.controller.aws_endpoint or "",
+        # rclone mounts the buckets; installed where missing (a host that has them runs no apt).
+        "base_extra_packages": ["rclone", "fuse3"],
     }
 
 
@@ -193,9 +202,28 @@ def bucket_key(plan: Plan, environ: Mapping[str, str]) -> tuple[str, str] | None
     return environ[key_id], environ[secret]
 
 
+def key_file_body(key: tuple[str, str]) -> bytes:
+    """The key file's text: two shell assignments, which rclone's shell loads (set -a; .)."""
+    return (
+        f"AWS_ACCESS_KEY_ID={shlex.quote(key[0])}\nAWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}\n"
+    ).encode()
+
+
+def key_file_script(root: str = RLINFRA_ROOT) -> str:
+    """Writes standard input to ``<root>/secrets/buckets.env`` (0600, in a 0700 folder), leaving
+    ``root`` itself readable (0755: the login user runs the venv's Python)."""
+    secrets = f"{root}/secrets"
+    target = f"{secrets}/buckets.env"
+    return (
+        f"install -d -m 0755 {root} && install -d -m 0700 {secrets} && umask 077 && "
+        f"cat > {target}.tmp && mv -f {target}.tmp {target}"
+    )
+
+
 def send_bucket_key(plan: Plan, folder: Path, nodes: list[Host]) -> None:
     """Write the hosts' bucket key to each host's BUCKET_CREDENTIALS (0600, its folder 0700),
     through SSH's standard input: never in an argument, a rendered file or Ansible's hands."""
+    import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
     from rlinfra.runners import ssh
@@ -203,25 +231,24 @@ def send_bucket_key(plan: Plan, folder: Path, nodes: list[Host]) -> None:
     key = bucket_key(plan, os.environ)
     if key is None:
         return
-    body = (
-        f"AWS_ACCESS_KEY_ID={shlex.quote(key[0])}\nAWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}\n"
-    ).encode()
-    target = layout.BUCKET_CREDENTIALS
-    script = (
-        f"umask 077 && mkdir -p {layout.SECRETS} && chmod 0700 {layout.SECRETS} && "
-        f"cat > {target}.tmp && mv -f {target}.tmp {target}"
-    )
+    body = key_file_body(key)
+    script = key_file_script()
 
     def send(host: Host) -> str | None:
         sudo = "" if host.ssh_user == "root" else "sudo -n "
-        done = ssh.run(
-            folder,
-            host,
-            f"{sudo}sh -c {shlex.quote(script)}",
-            capture=True,
-            timeout=60,
-            stdin=body,
-        )
+        try:
+            done = ssh.run(
+                folder,
+                host,
+                f"{sudo}sh -c {shlex.quote(script)}",
+                capture=True,
+                timeout=60,
+                stdin=body,
+            )
+        except subprocess.TimeoutExpired:
+            return f"{host.name}: no answer within 60 s"
+        except OSError as exc:
+            return f"{host.name}: {exc}"
         if done.returncode != 0:
             detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
             return f"{host.name}: {detail} (exit {done.returncode})"
@@ -258,7 +285,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
             "base_manage_limits": False,
             # uv comes through SSH (the local cloud's staged copy is not made for this cloud).
             "python_env_uv_binary_host_src": "",
-            **bucket_ansible_vars(plan, ctx),
+            **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
         }
     return {
         "python_env_python": "python3" if python == "system" else python,
@@ -266,11 +293,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
         "python_env_cache_dir": f"{RLINFRA_ROOT}/cache/uv",
         "storage_backend": "local",
         "storage_local_root": "",
-        **(
-            {**bucket_ansible_vars(plan, ctx), "base_extra_packages": ["rsync", "rclone", "fuse3"]}
-            if ssh.buckets is not None and plan.profile.storage
-            else {}
-        ),
+        **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
     }
 
 
@@ -439,10 +462,30 @@ def release_script(mounts: list[str], purge: bool) -> str:
         '    [ -n "$state" ] && [ "$state" != Z ] && echo "$pid"',
         "  done",
         "}",
+        "but_rclone() {",
+        '  for pid in $1; do [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = rclone ] || echo "$pid"; done',
+        "}",
         # Every process found once stays on the list: an orphaned child is still rlinfra's.
+        # rclone (a bucket's mount) is left to the end: the jobs stop writing first.
         'seen=""',
         "for signal in TERM TERM TERM TERM KILL KILL; do",
         '  seen=$(printf "%s\\n" $seen $(ours) | sort -un)',
+        '  pids=$(but_rclone "$(running "$seen")")',
+        '  [ -n "$pids" ] || break',
+        '  kill -s "$signal" $pids 2>/dev/null || true',
+        "  sleep 1",
+        "done",
+        # Unmounting a bucket ends its rclone once rclone has uploaded what its write cache
+        # still holds (up to UPLOAD_WAIT_S); only then is anything left stopped.
+        f"for m in {quoted}; do",
+        '  if mountpoint -q "$m" 2>/dev/null; then umount "$m" 2>/dev/null || umount -l "$m"; fi',
+        "done",
+        f"for i in $(seq 1 {UPLOAD_WAIT_S}); do",
+        '  seen=$(printf "%s\\n" $seen $(ours) | sort -un)',
+        '  [ -n "$(running "$seen")" ] || break',
+        "  sleep 1",
+        "done",
+        "for signal in TERM KILL; do",
         '  pids=$(running "$seen")',
         '  [ -n "$pids" ] || break',
         '  kill -s "$signal" $pids 2>/dev/null || true',
@@ -450,9 +493,6 @@ def release_script(mounts: list[str], purge: bool) -> str:
         "done",
         'left=$(running "$(printf "%s\\n" $seen $(ours) | sort -un)")',
         'if [ -n "$left" ]; then echo "processes left: $(echo $left)" >&2; exit 1; fi',
-        f"for m in {quoted}; do",
-        '  if mountpoint -q "$m" 2>/dev/null; then umount "$m" 2>/dev/null || umount -l "$m"; fi',
-        "done",
         f"rm -rf {contract}",
     ]
     if purge:

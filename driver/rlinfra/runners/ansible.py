@@ -72,6 +72,11 @@ PASSED_ENV = frozenset(
         "PYTHONPATH",
         "VIRTUAL_ENV",
         "LD_LIBRARY_PATH",
+        # TLS trust and Kerberos tickets (GSSAPI SSH to on-prem hosts): paths, not secrets.
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "KRB5CCNAME",
+        "KRB5_CONFIG",
     }
 )
 PASSED_PREFIXES = ("ANSIBLE_", "LC_", "XDG_")

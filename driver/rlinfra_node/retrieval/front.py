@@ -192,9 +192,10 @@ class Front:
             return self._reply(request, response)
         if busy is not None:
             return self._reply(request, busy)
-        return error_reply(
-            503, "no retrieval replica is ready; retry later", (("retry-after", "1"),)
-        )
+        headers: tuple[tuple[str, str], ...] = (("retry-after", "1"),)
+        if request.path == "/healthz":
+            headers += ((REPLICAS_HEADER, "0"),)
+        return error_reply(503, "no retrieval replica is ready; retry later", headers)
 
     def _reply(self, request: Request, response: Response) -> Reply:
         headers = [

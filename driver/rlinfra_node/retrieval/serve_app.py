@@ -65,14 +65,17 @@ DRAIN_S = 2.0
 
 
 def app_builder(args: dict[str, Any]) -> Any:
-    """Serve's application builder: ``args = {"settings": {...}, "router": ...}``."""
+    """Serve's application builder: ``args = {"settings": {...}, "router": ...}``, and
+    ``"allow"`` (the front's allow list, which each replica applies too: only the front asks
+    them, from the head, but the nodes' network may let others reach their ports)."""
     settings = Settings.from_dict(dict(args["settings"]))
     # Configs deployed before the front existed name no router: they ran Serve's proxy.
     router = args.get("router", "serve-proxy")
     if router == "serve-proxy":
         return _proxied_replica(settings)
     if router == "front":
-        return _direct_replica(settings)
+        allow = args.get("allow")
+        return _direct_replica(settings, None if allow is None else [str(c) for c in allow])
     raise ValueError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
 
 
@@ -103,14 +106,14 @@ def _proxied_replica(settings: Settings) -> Any:
     return RetrievalReplica.bind(settings.to_dict())  # type: ignore[attr-defined]
 
 
-def _direct_replica(settings: Settings) -> Any:
+def _direct_replica(settings: Settings, allow: list[str] | None = None) -> Any:
     from ray import serve
 
     @serve.deployment(name=DEPLOYMENT)
     class RetrievalReplica:
         """One replica serving HTTP itself on its node, registered with the front."""
 
-        def __init__(self, settings_dict: dict[str, Any]) -> None:
+        def __init__(self, settings_dict: dict[str, Any], allow: list[str] | None) -> None:
             import ray
 
             from rlinfra_node.retrieval import api
@@ -118,7 +121,9 @@ def _direct_replica(settings: Settings) -> Any:
 
             self.retriever = api.Retriever(Settings.from_dict(settings_dict))
             node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-            self.server = ProcessServer(self.retriever, node_ip, 0)
+            self.server = ProcessServer(
+                self.retriever, node_ip, 0, allow=None if allow is None else tuple(allow)
+            )
             replica_id = serve.get_replica_context().replica_id.unique_id
             self.registration = Registration(replica_id, self.server.url)
 
@@ -132,7 +137,7 @@ def _direct_replica(settings: Settings) -> Any:
             await asyncio.to_thread(self.registration.stop)
             await self.server.close_async(DRAIN_S)
 
-    return RetrievalReplica.bind(settings.to_dict())  # type: ignore[attr-defined]
+    return RetrievalReplica.bind(settings.to_dict(), allow)  # type: ignore[attr-defined]
 
 
 class Registration:
@@ -270,7 +275,9 @@ def serve_config(settings: Settings, deployment: Deployment) -> dict[str, Any]:
     }
     if deployment.max_replicas_per_node is not None:
         options["max_replicas_per_node"] = deployment.max_replicas_per_node
-    args = {"settings": settings.to_dict(), "router": deployment.router}
+    args: dict[str, Any] = {"settings": settings.to_dict(), "router": deployment.router}
+    if deployment.allow:
+        args["allow"] = list(deployment.allow)
     if deployment.router == "serve-proxy":
         return {
             "proxy_location": "HeadOnly",

@@ -26,6 +26,7 @@ from rlinfra_node.retrieval.wire import (
     Server,
     error_reply,
     json_bytes,
+    networks,
 )
 
 ROUTES = {"/retrieve": ("POST",), "/": ("GET", "HEAD"), "/healthz": ("GET", "HEAD")}
@@ -67,8 +68,15 @@ def make_batcher(retriever: api.Retriever) -> Batcher:
 class ProcessServer:
     """The API for ``retriever`` on ``host:port`` (0: a free port), on a loop thread of its own."""
 
-    def __init__(self, retriever: api.Retriever, host: str, port: int = 0) -> None:
+    def __init__(
+        self,
+        retriever: api.Retriever,
+        host: str,
+        port: int = 0,
+        allow: tuple[str, ...] | None = None,
+    ) -> None:
         self.retriever = retriever
+        self._allow = None if allow is None else networks(allow)
         self._thread = LoopThread("retrieval-http")
         self._batcher: Batcher | None = None
         self._server: Server | None = None
@@ -78,7 +86,7 @@ class ProcessServer:
         self._batcher = make_batcher(self.retriever)
         handler = RetrievalHandler(self.retriever, self._batcher)
         limit = api.max_body_bytes(self.retriever.settings)
-        self._server = Server(handler, host, port, limit, name="replica")
+        self._server = Server(handler, host, port, limit, name="replica", allow=self._allow)
         address = await self._server.start()
         self._batcher.start()
         return address
