@@ -1076,10 +1076,18 @@ def endpoint_from(cluster: str, port: int, client: str) -> dict[str, Any]:
     _require_ready(client, client_record)
     client_head = client_record.hosts[0]
     attempts = reach.run_check(client_folder, client_head, port, reach.candidates(record.hosts[0]))
+    front = _retrieval_port(record) == port
+    return reach.choose(cluster, client, client_head, port, attempts, front=front)
+
+
+def _retrieval_port(record: Record, with_clients: bool = False) -> int | None:
+    """The port of the cluster's retrieval endpoint (``with_clients``: only when it serves
+    other clusters, and so checks who asks); None without one."""
     serving = (record.resolved_profile or {}).get("serving") or {}
     retrieval = serving.get("retrieval") or {}
-    front = bool(retrieval) and int(retrieval.get("port", 0)) == port
-    return reach.choose(cluster, client, client_head, port, attempts, front=front)
+    if not retrieval or (with_clients and not retrieval.get("clients")):
+        return None
+    return int(retrieval.get("port", 0))
 
 
 def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:
@@ -1088,9 +1096,11 @@ def _endpoint(folder: Path, record: Record, port: int) -> dict[str, Any]:
 
     head = record.hosts[0]
     direct = not head.ssh_proxy and ssh.port_open(head.ssh_host, port)
-    # A service that lets only other clusters in (serving.retrieval.clients) refuses this
-    # machine: the tunnel arrives on the head's loopback, which it always lets in.
-    if direct and not refuses(head.ssh_host, port):
+    # A retrieval endpoint that serves other clusters (serving.retrieval.clients) may refuse
+    # this machine: the tunnel arrives on the head's loopback, which it always lets in.
+    if direct and _retrieval_port(record, with_clients=True) == port:
+        direct = not refuses(head.ssh_host, port)
+    if direct:
         return {"url": f"http://{head.ssh_host}:{port}", "via": "direct", "port": port}
     tunnels = folder / "tunnels"
     tunnels.mkdir(exist_ok=True)

@@ -8,8 +8,9 @@ trainer's. ``rlinfra status RETRIEVAL --endpoint PORT --from TRAINER`` therefore
 the trainer's head, over SSH: for each address of the service's head (its private address, then
 the one SSH uses), it connects, asks ``GET /healthz`` and reports the status line and the source
 address its packets left from. The first address that answers with success (for the retrieval
-endpoint: the front's own header, naming at least one replica) is the URL to give the trainer (``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says
-what each address did and which address to list in the service's ``clients``.
+endpoint: the front's own header, naming at least one replica) is the URL to give the trainer
+(``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says what each address did
+and which address to list in the service's ``clients``.
 """
 
 from __future__ import annotations

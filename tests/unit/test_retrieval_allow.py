@@ -112,6 +112,9 @@ def test_the_serve_config_carries_the_allow_list_only_when_set(tmp_path: object)
         settings, serve_app.Deployment(host="0.0.0.0", allow=("10.1.0.0/16", "10.2.3.4/32"))
     )
     assert "allow" not in plain["applications"][1]["args"]
+    assert "allow" not in plain["applications"][0]["args"]
+    # The replicas apply the same list (their ports are on the nodes' network too).
+    assert listed["applications"][0]["args"]["allow"] == ["10.1.0.0/16", "10.2.3.4/32"]
     front_args = listed["applications"][1]["args"]
     assert front_args["allow"] == ["10.1.0.0/16", "10.2.3.4/32"]
     assert front_args["host"] == "0.0.0.0"

@@ -212,8 +212,8 @@ def key_file_body(key: tuple[str, str]) -> bytes:
 def key_file_script(root: str = RLINFRA_ROOT) -> str:
     """Writes standard input to ``<root>/secrets/buckets.env`` (0600, in a 0700 folder), leaving
     ``root`` itself readable (0755: the login user runs the venv's Python)."""
-    secrets = f"{root}/secrets"
-    target = f"{secrets}/buckets.env"
+    secrets = root + layout.SECRETS.removeprefix(layout.ROOT)
+    target = root + layout.BUCKET_CREDENTIALS.removeprefix(layout.ROOT)
     return (
         f"install -d -m 0755 {root} && install -d -m 0700 {secrets} && umask 077 && "
         f"cat > {target}.tmp && mv -f {target}.tmp {target}"

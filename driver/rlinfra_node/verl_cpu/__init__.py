@@ -70,7 +70,7 @@ SUPPORTED_VERL = "0.6.0"
 RAY_NODE_RESOURCES: dict[str, float] = {"GPU": 1.0, "cpu": 1.0}
 
 # The dotted path Ray imports in each worker process (runtime_env worker_process_setup_hook).
-SETUP_HOOK = "rlinfra_node.verl_cpu.setup_worker"
+SETUP_HOOK = "rlinfra_node.verl_cpu.worker_hook.setup_worker"
 
 
 class UnsupportedVerl(RuntimeError):
@@ -144,13 +144,6 @@ def ray_start_args(n_workers_per_node: int) -> list[str]:
     return ["--num-gpus", str(gpus), "--resources", json.dumps(custom)]
 
 
-def setup_worker() -> None:
-    """Ray's ``worker_process_setup_hook``: check the Verl version and apply every patch."""
-    from rlinfra_node.verl_cpu.patches import apply_patches
-
-    apply_patches()
-
-
 __all__ = [
     "RAY_NODE_RESOURCES",
     "SETUP_HOOK",
@@ -161,5 +154,4 @@ __all__ = [
     "installed_verl_version",
     "local_ray_overrides",
     "ray_start_args",
-    "setup_worker",
 ]
