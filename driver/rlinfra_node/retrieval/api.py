@@ -84,7 +84,7 @@ class Retriever:
         texts = [text for request in requests for text in request.queries]
         k = min(max(request.topk for request in requests), self.passages)
         with self._lock:
-            vectors = self.encoder.encode(
+            vectors = self.encoder.encode_queries(
                 texts, self.settings.query_prefix, self.settings.batch_size
             )
             scores, rows = self._exact.search(vectors, k)
@@ -123,6 +123,7 @@ class Retriever:
             "service": SERVICE,
             "status": "ok",
             "model": self.settings.model,
+            "query_encoder": self.encoder.query_path,
             "passages": self.passages,
             "dimension": int(self.index.d),
             "default_topk": self.settings.default_topk,

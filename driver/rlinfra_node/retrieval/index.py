@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlinfra_node.retrieval.bert import FastEncoder, resolve_precision
 from rlinfra_node.retrieval.corpus import (
     BuildLock,
     Corpus,
@@ -96,6 +97,41 @@ class Encoder:
             or self.model.get_sentence_embedding_dimension
         )
         self.dim = int(getter())
+        # Queries (what a server encodes) go through the model's forward pass in plain torch
+        # functions where it covers the model (``bert``), in bfloat16 where the hardware has it
+        # (``Settings.query_encoder``); an index is always built with the library's float32 path.
+        self.fast: FastEncoder | None = None
+        self.query_precision = "float32"
+        if settings.query_encoder != "library":
+            precision = resolve_precision(settings.query_encoder, str(self.model.device))
+            self.fast = FastEncoder.build(self.model, precision)
+            if self.fast is not None:
+                self.query_precision = precision
+
+    @property
+    def query_path(self) -> str:
+        """How queries are encoded, for the service's description and logs."""
+        if self.fast is None:
+            return "sentence-transformers, float32"
+        return f"rlinfra_node.retrieval.bert, {self.query_precision}"
+
+    def encode_queries(self, texts: list[str], prefix: str, batch_size: int) -> Any:
+        """L2-normalised float32 query vectors, through the fast forward where there is one."""
+        if self.fast is None:
+            return self.encode(texts, prefix, batch_size)
+        import numpy as np
+        import torch
+
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            features = self.model.tokenize(
+                [prefix + text for text in texts[start : start + batch_size]]
+            )
+            with torch.inference_mode():
+                embedded = torch.nn.functional.normalize(self.fast(features), p=2, dim=1)
+            parts.append(embedded.cpu().numpy())
+        vectors = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def encode(self, texts: list[str], prefix: str, batch_size: int) -> Any:
         import numpy as np

@@ -21,6 +21,8 @@ E5_PASSAGE_PREFIX = "passage: "
 CORPUS_FILE = "corpus.jsonl"
 CORPUS_META = "corpus.json"
 LOCK_FILE = "build.lock"
+# How a server encodes queries (``index.Encoder.encode_queries``).
+QUERY_ENCODERS = ("auto", "bfloat16", "float32", "library")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,12 @@ class Settings:
     max_topk: int = 50
     max_queries: int = 128
     max_query_chars: int = 4096
+    # How queries are encoded: ``auto`` (the model's forward pass in plain torch functions, in
+    # bfloat16 where the CPU or GPU computes it natively, else float32), ``bfloat16`` or
+    # ``float32`` (that forward in that precision), or ``library`` (sentence-transformers' own
+    # modules, float32). Models the forward does not cover use ``library``. Indexes are built
+    # with ``library`` whatever this says.
+    query_encoder: str = "auto"
     # Intra-op threads for encoding and FAISS (None: the libraries' defaults).
     threads: int | None = None
     # Serving (the replicas' own HTTP path, rlinfra_node.retrieval.batching): concurrent requests
@@ -74,6 +82,10 @@ class Settings:
             problems.append("max_queries and max_query_chars must be at least 1")
         if self.threads is not None and self.threads < 1:
             problems.append("threads must be at least 1")
+        if self.query_encoder not in QUERY_ENCODERS:
+            problems.append(
+                f"query_encoder {self.query_encoder!r}: use one of " + ", ".join(QUERY_ENCODERS)
+            )
         if self.max_batch_queries < 1 or self.max_queued_queries < 1:
             problems.append("max_batch_queries and max_queued_queries must be at least 1")
         if problems:
