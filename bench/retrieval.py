@@ -417,9 +417,10 @@ BEFORE, AFTER = "serve-proxy", "front"
 # What is measured: name -> (router, Settings.query_encoder). BEFORE is the previous design
 # whole (Serve's proxy, sentence-transformers' float32 modules); ``front-library`` is the front
 # with the previous encoder, which splits the gain between the two.
+LIBRARY_FRONT = "front-library"
 CONFIGS = {
     BEFORE: ("serve-proxy", "library"),
-    "front-library": ("front", "library"),
+    LIBRARY_FRONT: ("front", "library"),
     AFTER: ("front", "auto"),
 }
 
@@ -447,6 +448,18 @@ def ratios(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
                 }
                 for row in rows
                 if _key(row) in before
+            }
+    out["fast_vs_library_encoder"] = {}
+    if LIBRARY_FRONT in runs and AFTER in runs:
+        for replicas, rows in runs[AFTER].items():
+            library = {_key(row): row for row in runs[LIBRARY_FRONT].get(replicas, [])}
+            out["fast_vs_library_encoder"][replicas] = {
+                _key(row): {
+                    "rps": _ratio(row["rps"], library[_key(row)]["rps"]),
+                    "p50": _ratio(row["p50_ms"], library[_key(row)]["p50_ms"]),
+                }
+                for row in rows
+                if _key(row) in library
             }
     for router, by_replicas in runs.items():
         if "1" in by_replicas and "3" in by_replicas:
@@ -599,6 +612,18 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(
                     f"| {replicas} | {key} | {ratio['rps']}x | {ratio['p50']}x | {ratio['p99']}x |"
                 )
+    by_encoder = serve["ratios"].get("fast_vs_library_encoder")
+    if by_encoder:
+        lines += [
+            "",
+            f"The query encoder alone (`{AFTER}` / `{LIBRARY_FRONT}`):",
+            "",
+            "| replicas | load | req/s | p50 |",
+            "|---:|---|---:|---:|",
+        ]
+        for replicas, by_load in by_encoder.items():
+            for key, ratio in by_load.items():
+                lines.append(f"| {replicas} | {key} | {ratio['rps']}x | {ratio['p50']}x |")
     lines += ["", "Throughput, 3 replicas / 1 replica:", ""]
     for router, by_load in serve["ratios"]["three_vs_one"].items():
         lines.append(f"- {router}: " + ", ".join(f"{k} {v}x" for k, v in by_load.items()))

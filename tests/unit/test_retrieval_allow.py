@@ -76,6 +76,23 @@ def test_the_front_refuses_a_peer_outside_its_allow_list_naming_its_address(
     assert _get("127.0.0.1", front.port)[0] == 503
 
 
+def test_a_refused_peer_gets_403_on_the_head_before_its_body_is_read(
+    front: FrontServer,
+) -> None:
+    """The head says 64 MiB are coming (above the front's limit, so it would be a 413 if read);
+    none is sent, and the 403 still arrives: the refusal does not wait for the body."""
+    address = own_address()
+    with socket.create_connection((address, front.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 67108864\r\n\r\n"
+        )
+        answer = sock.makefile("rb").read()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403 "), head
+    assert json.loads(body)["error"].startswith(f"{address} may not use this service")
+
+
 def test_an_allowed_network_gets_through() -> None:
     address = own_address()
     server = FrontServer("0.0.0.0", 0, 1 << 20, allow=(f"{address}/32",))

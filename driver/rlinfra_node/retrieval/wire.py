@@ -292,6 +292,17 @@ class Server:
         peer = writer.get_extra_info("peername")
         refused = self.refused(str(peer[0])) if peer else self.refused("unknown")
         try:
+            if refused is not None:
+                # Answered on the request head: a refused peer's body is never read into memory
+                # (what it still sends is discarded for a few seconds, then the socket closes).
+                try:
+                    head = await _read_head(reader)
+                except HttpError:
+                    head = b""
+                if head is not None:
+                    writer.write(encode_response(error_reply(403, refused), False))
+                    await _close_after_error(reader, writer)
+                return
             while True:
                 try:
                     request = await read_request(reader, writer, self.max_body)
@@ -300,10 +311,6 @@ class Server:
                     await _close_after_error(reader, writer)
                     return
                 if request is None:
-                    return
-                if refused is not None:
-                    writer.write(encode_response(error_reply(403, refused), False))
-                    await _close_after_error(reader, writer)
                     return
                 self._enter()
                 try:
