@@ -564,7 +564,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             "",
             "CPU per request counts this process, the load client included. Serve's proxy hop "
-            "at 1 client is the BEFORE 1-replica p50 below minus `fastapi_uvicorn` with search.",
+            "at 1 client is about the BEFORE 1-replica p50 below minus `front-library`'s (the "
+            "same encoder).",
         ]
     serve = report["serve"]
     if serve is None:

@@ -145,7 +145,10 @@ def test_up_serves_three_replicas_over_two_hosts(service: dict[str, Any]) -> Non
     url = str(endpoint["url"])
     service["url"] = url
     with urllib.request.urlopen(url + "/", timeout=20) as response:
-        assert json.load(response)["passages"] == service["rows"]
+        described = json.load(response)
+    assert described["passages"] == service["rows"]
+    # The replicas encode queries with the fast forward (bfloat16 or float32 by the CPU).
+    assert str(described["query_encoder"]).startswith("rlinfra_node.retrieval.bert, "), described
     answer = post(url, {"queries": list(QUERIES), "topk": 3, "return_scores": True})
     assert verl_titles(answer["result"]) == list(QUERIES.values())
     assert all(len(hits) == 3 and "score" in hits[0] for hits in answer["result"])
