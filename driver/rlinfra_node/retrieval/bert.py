@@ -254,21 +254,11 @@ class FastEncoder:
                 qkv = qkv.view(batch, length, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
                 attended = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=padding)
                 attended = attended.transpose(1, 2).reshape(batch, length, hidden)
-                x = F.layer_norm(
-                    F.linear(attended, layer.out_weight, layer.out_bias) + x,
-                    (hidden,),
-                    layer.norm1_weight,
-                    layer.norm1_bias,
-                    self.eps,
-                )
+                x = F.linear(attended, layer.out_weight, layer.out_bias) + x
+                x = F.layer_norm(x, (hidden,), layer.norm1_weight, layer.norm1_bias, self.eps)
                 up = F.gelu(F.linear(x, layer.up_weight, layer.up_bias))
-                x = F.layer_norm(
-                    F.linear(up, layer.down_weight, layer.down_bias) + x,
-                    (hidden,),
-                    layer.norm2_weight,
-                    layer.norm2_bias,
-                    self.eps,
-                )
+                x = F.linear(up, layer.down_weight, layer.down_bias) + x
+                x = F.layer_norm(x, (hidden,), layer.norm2_weight, layer.norm2_bias, self.eps)
             out = x.float()
             if self.pooling == "cls":
                 pooled = out[:, 0]
