@@ -90,6 +90,7 @@ test: deps lint ## Set up and run every test (the 25 slowest are listed at the e
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/retrieval.py
+	$(BIN)/python bench/query_encoder.py
 	$(BIN)/python bench/verl.py
 	$(BIN)/python bench/ssh_up.py
 	$(BIN)/python bench/recovery.py

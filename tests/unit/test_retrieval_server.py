@@ -1217,10 +1217,10 @@ def test_the_fast_forward_in_float32_gives_the_librarys_vectors(built: dict[str,
     assert fast is not None
     texts = [query for query, _ in QUERIES]  # different lengths: the batch is padded
     want = _library_vectors(encoder, texts)
-    features = encoder.model.tokenize(texts)
+    features = encoder.tokenize(texts)
     assert not bool(features["attention_mask"].all())
     batched = np.asarray(fast(features))
-    alone = np.concatenate([np.asarray(fast(encoder.model.tokenize([text]))) for text in texts])
+    alone = np.concatenate([np.asarray(fast(encoder.tokenize([text]))) for text in texts])
     assert np.abs(batched - want).max() < 1e-5
     assert np.abs(alone - want).max() < 1e-5
 
@@ -1273,7 +1273,7 @@ def test_models_the_fast_forward_does_not_cover_keep_the_librarys_path() -> None
     assert cls_fast is not None and cls_fast.pooling == "cls"
     texts = [query for query, _ in QUERIES]
     want = covered.encode(texts, convert_to_numpy=True, normalize_embeddings=True)
-    assert abs(np.asarray(cls_fast(covered.tokenize(texts))) - want).max() < 1e-5
+    assert abs(np.asarray(cls_fast(covered.preprocess(texts))) - want).max() < 1e-5
     covered[0].auto_model.config.hidden_act = "gelu_new"  # the tanh approximation
     assert FastEncoder.build(covered, "float32") is None
     covered[0].auto_model.config.hidden_act = "gelu"

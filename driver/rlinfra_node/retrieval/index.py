@@ -80,7 +80,9 @@ def resolve_model(spec: str) -> str:
 class Encoder:
     """A sentence-transformers model that gives L2-normalised float32 embeddings."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, device: str | None = None) -> None:
+        """``device``: where the model runs (None: the library's choice, a GPU where torch
+        sees one)."""
         if settings.threads:
             import torch
 
@@ -88,7 +90,7 @@ class Encoder:
         from sentence_transformers import SentenceTransformer
 
         self.name = settings.model
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"device": device}
         if settings.model_cache:
             kwargs["cache_folder"] = settings.model_cache
         self.model = SentenceTransformer(resolve_model(settings.model), **kwargs)
@@ -97,6 +99,9 @@ class Encoder:
             or self.model.get_sentence_embedding_dimension
         )
         self.dim = int(getter())
+        # The model's tokenizer: ``preprocess`` since sentence-transformers 6 (where ``tokenize``
+        # logs a deprecation), ``tokenize`` before.
+        self.tokenize = getattr(self.model, "preprocess", None) or self.model.tokenize
         # Queries (what a server encodes) go through the model's forward pass in plain torch
         # functions where it covers the model (``bert``), in bfloat16 where the hardware has it
         # (``Settings.query_encoder``); an index is always built with the library's float32 path.
@@ -124,9 +129,7 @@ class Encoder:
 
         parts = []
         for start in range(0, len(texts), batch_size):
-            features = self.model.tokenize(
-                [prefix + text for text in texts[start : start + batch_size]]
-            )
+            features = self.tokenize([prefix + text for text in texts[start : start + batch_size]])
             with torch.inference_mode():
                 embedded = torch.nn.functional.normalize(self.fast(features), p=2, dim=1)
             parts.append(embedded.cpu().numpy())
@@ -143,7 +146,7 @@ class Encoder:
             # query's time on a CPU thread.
             import torch
 
-            features = self.model.tokenize([prefix + text for text in texts])
+            features = self.tokenize([prefix + text for text in texts])
             features = {
                 key: value.to(self.model.device) if isinstance(value, torch.Tensor) else value
                 for key, value in features.items()
