@@ -6,7 +6,7 @@ is a small asyncio proxy, about 0.3 ms of CPU a request, where Serve's HTTP prox
 9 ms of latency (bench/results/retrieval.md):
 
 - Routing: the replica with the fewest requests in flight from this front (ties in turn), over
-  kept-alive connections. Requests are forwarded whole (body read first, ``Content-Length``
+  kept-alive connections (one unused for ``POOL_IDLE_S`` is closed, not reused). Requests are forwarded whole (body read first, ``Content-Length``
   on both legs); a HEAD is asked as a GET and answered without the body.
 - A replica that cannot be reached (refused, reset, closed before answering) is taken out at
   once and the request goes to the next one; /retrieve only reads, so a retry is safe. It comes
@@ -54,6 +54,10 @@ REGISTER_PERIOD_S = 2.0
 STALE_S = 10.0
 REPLICAS_HEADER = "x-rlinfra-replicas"
 IDLE_CONNECTIONS = 64
+# A kept-alive connection to a replica unused for this long is closed rather than reused: well
+# under the replicas' own idle timeout (wire.IDLE_TIMEOUT_S), so the front does not send on a
+# connection the replica is closing.
+POOL_IDLE_S = 30.0
 # Replicas that left, remembered so that a late registration does not bring one back (Serve gives
 # each replica an id of its own: one that left never registers again on purpose).
 LEFT_REMEMBERED = 4096
@@ -77,10 +81,23 @@ class Backend:
     seen: float
     outstanding: int = 0
     down: bool = False
-    idle: list[Connection] = field(default_factory=list)
+    # Kept-alive connections and when each was last used, oldest first.
+    idle: list[tuple[Connection, float]] = field(default_factory=list)
+
+    def take_idle(self, now: float, max_idle_s: float) -> Connection | None:
+        """The most recently used kept-alive connection, if it has been idle at most
+        ``max_idle_s``; otherwise every kept connection (all older still) is closed."""
+        if not self.idle:
+            return None
+        connection, since = self.idle.pop()
+        if now - since <= max_idle_s:
+            return connection
+        connection[1].close()
+        self.close()
+        return None
 
     def close(self) -> None:
-        for _, writer in self.idle:
+        for (_, writer), _ in self.idle:
             writer.close()
         self.idle.clear()
 
@@ -167,6 +184,7 @@ class Front:
     backends: Backends
     connect_timeout_s: float = 2.0
     request_timeout_s: float = 120.0
+    pool_idle_s: float = POOL_IDLE_S
 
     async def __call__(self, request: Request) -> Reply:
         method = "GET" if request.method == "HEAD" else request.method
@@ -209,9 +227,10 @@ class Front:
     async def _exchange(self, backend: Backend, payload: bytes) -> Response:
         backend.outstanding += 1
         try:
-            if backend.idle:
+            kept = backend.take_idle(time.monotonic(), self.pool_idle_s)
+            if kept is not None:
                 try:
-                    return await self._send(backend, backend.idle.pop(), payload)
+                    return await self._send(backend, kept, payload)
                 except (OSError, asyncio.IncompleteReadError):
                     pass  # the replica closed a kept-alive connection: try a new one
             try:
@@ -238,7 +257,7 @@ class Front:
             writer.close()
             raise
         if response.keep_alive and not backend.down and len(backend.idle) < IDLE_CONNECTIONS:
-            backend.idle.append(connection)
+            backend.idle.append((connection, time.monotonic()))
         else:
             writer.close()
         return response

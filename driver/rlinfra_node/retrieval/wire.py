@@ -6,7 +6,9 @@ ASGI message dance, Starlette's JSONResponse), and the search itself costs a few
 here are three fixed paths with JSON in and out. This module reads a request (``Content-Length``
 or chunked body, ``Expect: 100-continue``, keep-alive as HTTP/1.0 and 1.1 define it), refuses a
 body over the limit before reading it, and writes a response with ``Content-Length``; the front
-also reads responses with it. One ``Server`` serves a ``Handler`` on a socket and knows how many
+also reads responses with it. A server bounds what clients can hold: open connections
+(``MAX_CONNECTIONS``, then 503), idle keep-alive time (``IDLE_TIMEOUT_S``) and the time a
+started request may take to arrive (``READ_TIMEOUT_S``, then 408). One ``Server`` serves a ``Handler`` on a socket and knows how many
 requests are in flight, so a replica can drain before it stops.
 
 Everything here is transport: what a route answers lives in ``server`` (replicas) and ``front``
@@ -21,6 +23,7 @@ import ipaddress
 import json
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -28,6 +31,19 @@ from typing import Any, TypeVar
 
 HEAD_LIMIT = 64 * 1024
 JSON_TYPE = "application/json"
+# Connections one server keeps open at once; more get 503 and are closed (each is a socket and a
+# coroutine, and file descriptors run out before memory does). Clamped at start to half the
+# process's descriptor limit: the front also opens connections to the replicas.
+MAX_CONNECTIONS = 1024
+# A kept-alive connection with no request for this long is closed, quietly (as idle HTTP/1.1
+# connections are: clients open a new one). The front drops its own idle connections to the
+# replicas sooner (front.POOL_IDLE_S), so it never sends on one a replica is closing.
+IDLE_TIMEOUT_S = 75.0
+# Once a request's first byte has arrived, its head and body must arrive within this (408 if
+# not): a client that sends a little at a time cannot hold a connection open forever.
+READ_TIMEOUT_S = 30.0
+# At most one log line this often while connections are turned away.
+FULL_LOG_PERIOD_S = 10.0
 T = TypeVar("T")
 
 
@@ -133,11 +149,13 @@ def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
     return lines[0], headers
 
 
-async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+async def _read_head(reader: asyncio.StreamReader, first: bytes = b"") -> bytes | None:
+    """The head up to its blank line (``first``: bytes of it already read); None when the
+    connection ends before anything but white space."""
     try:
-        return await reader.readuntil(b"\r\n\r\n")
+        return first + await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError as exc:
-        if exc.partial.strip():
+        if (first + exc.partial).strip():
             raise HttpError(400, "the request head ended early") from None
         return None
     except asyncio.LimitOverrunError:
@@ -173,10 +191,31 @@ async def _read_chunked(reader: asyncio.StreamReader, limit: int) -> bytes:
 
 
 async def read_request(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    max_body: int,
+    idle_s: float | None = None,
+    read_s: float | None = None,
 ) -> Request | None:
-    """The next request on a connection; None when the client closed it between requests."""
-    head = await _read_head(reader)
+    """The next request on a connection; None when the client closed it between requests or
+    sent nothing for ``idle_s``. Once its first byte is in, the rest must arrive within
+    ``read_s`` (408 otherwise)."""
+    try:
+        first = await asyncio.wait_for(reader.read(1), idle_s)
+    except asyncio.TimeoutError:
+        return None
+    if not first:
+        return None
+    try:
+        return await asyncio.wait_for(_read_rest(first, reader, writer, max_body), read_s)
+    except asyncio.TimeoutError:
+        raise HttpError(408, f"the request did not arrive within {read_s:g} s") from None
+
+
+async def _read_rest(
+    first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int
+) -> Request | None:
+    head = await _read_head(reader, first)
     if head is None:
         return None
     start, headers = _parse_head(head)
@@ -236,9 +275,24 @@ async def read_response(reader: asyncio.StreamReader, limit: int = 1 << 30) -> R
     return Response(int(parts[1]), headers, body, keep_alive)
 
 
+def connection_cap(wanted: int, reserve: int = 64) -> int:
+    """``wanted``, or less where the process may not open that many descriptors: at most half
+    the soft RLIMIT_NOFILE (less ``reserve`` for files, the index and upstream sockets)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return min(wanted, max(16, (soft - reserve) // 2))
+
+
 @dataclass
 class Server:
-    """``handler`` on ``host:port`` (port 0: any free one), keep-alive, with an in-flight count."""
+    """``handler`` on ``host:port`` (port 0: any free one), keep-alive, with an in-flight count
+    and bounds on what clients hold (see the module's docstring)."""
 
     handler: Handler
     host: str
@@ -252,9 +306,13 @@ class Server:
     # Who may ask (None: whoever reaches the socket). A peer outside these networks and not on
     # loopback gets 403 naming its address, as this server sees it, and the connection closes.
     allow: tuple[ipaddress.IPv4Network, ...] | None = None
+    max_connections: int = MAX_CONNECTIONS
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    read_timeout_s: float = READ_TIMEOUT_S
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
     _idle: asyncio.Event | None = None
+    _full_logged: float = float("-inf")
 
     def refused(self, peer: str) -> str | None:
         """Why ``peer`` may not ask (None: it may)."""
@@ -276,6 +334,7 @@ class Server:
     async def start(self) -> tuple[str, int]:
         self._idle = asyncio.Event()
         self._idle.set()
+        self.max_connections = connection_cap(self.max_connections)
         self._server = await asyncio.start_server(
             self._connection, self.host, self.port, limit=HEAD_LIMIT, backlog=2048
         )
@@ -287,25 +346,37 @@ class Server:
     def serving(self) -> bool:
         return self._server is not None and self._server.is_serving()
 
+    @property
+    def connections(self) -> int:
+        """Connections open now (those being turned away included)."""
+        return len(self._connections)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        full = len(self._connections) >= self.max_connections
         self._connections.add(writer)
         peer = writer.get_extra_info("peername")
         refused = self.refused(str(peer[0])) if peer else self.refused("unknown")
         try:
             if refused is not None:
-                # Answered on the request head: a refused peer's body is never read into memory
-                # (what it still sends is discarded for a few seconds, then the socket closes).
-                try:
-                    head = await _read_head(reader)
-                except HttpError:
-                    head = b""
-                if head is not None:
-                    writer.write(encode_response(error_reply(403, refused), False))
-                    await _close_after_error(reader, writer)
+                await self._turn_away(reader, writer, error_reply(403, refused))
+                return
+            if full:
+                message = (
+                    f"{self.name}: too many connections ({self.max_connections} open); retry later"
+                )
+                now = time.monotonic()
+                if now - self._full_logged >= FULL_LOG_PERIOD_S:
+                    self._full_logged = now
+                    log(f"{message} (new connections get 503 while it lasts)")
+                await self._turn_away(
+                    reader, writer, error_reply(503, message, (("retry-after", "1"),))
+                )
                 return
             while True:
                 try:
-                    request = await read_request(reader, writer, self.max_body)
+                    request = await read_request(
+                        reader, writer, self.max_body, self.idle_timeout_s, self.read_timeout_s
+                    )
                 except HttpError as exc:
                     writer.write(encode_response(error_reply(exc.status, exc.message), False))
                     await _close_after_error(reader, writer)
@@ -328,6 +399,19 @@ class Server:
         finally:
             self._connections.discard(writer)
             writer.close()
+
+    async def _turn_away(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: Reply
+    ) -> None:
+        """Answer ``reply`` on the request head, its body never read into memory (what the
+        client still sends is discarded for a few seconds, then the socket closes)."""
+        try:
+            head = await asyncio.wait_for(_read_head(reader), self.read_timeout_s)
+        except (HttpError, asyncio.TimeoutError):
+            head = b""
+        if head is not None:
+            writer.write(encode_response(reply, False))
+            await _close_after_error(reader, writer)
 
     async def _answer(self, request: Request) -> Reply:
         try:
