@@ -293,7 +293,20 @@ def good_calls() -> dict[str, tuple[str, dict[str, Any]]]:
                 "allowed_cidrs": ["0.0.0.0/0"],
                 "allow_public": True,
                 "service_ports": [8000, 22],
+                "service_clients": [{"port": 9000, "cidrs": ["0.0.0.0/0"]}],
                 "node_service_account": NODE_SA,
+            },
+        ),
+        "net_with_clients": (
+            "gcp_network",
+            {
+                **NETWORK,
+                "allowed_cidrs": ["203.0.113.7/32"],
+                "service_clients": [
+                    {"port": 8000, "cidrs": ["198.51.100.0/24", "10.9.0.0/16"]},
+                    {"port": 10000, "cidrs": ["192.0.2.7/32"]},
+                    {"port": 8000, "cidrs": ["10.9.0.0/16", "192.0.2.8/32"]},
+                ],
             },
         ),
         "h100_on_demand": (
@@ -438,9 +451,39 @@ def test_static_network_locals_select_nodes_by_tag_or_service_account(
     by_tag = evaluated["net_by_tag"]
     assert by_tag["node_tag"] == "c1-node" and by_tag["by_tag"] is True
     assert by_tag["ports"] == [22] and by_tag["create"] is True
+    assert by_tag["client_ranges"] == {}  # no service_clients: no client rule
     by_sa = evaluated["net_world_allowed"]
     assert by_sa["by_tag"] is False
     assert by_sa["ports"] == [22, 8000]  # SSH first, each port once
+
+
+@needs_terraform
+def test_static_network_opens_each_client_port_to_its_ranges_only(
+    evaluated: dict[str, Any],
+) -> None:
+    """service_clients: one rule per port (the for_each key, so a plan keeps the others' rules
+    when one port comes or goes), its ranges merged across entries naming the same port; the
+    ranges never join allowed_cidrs' rule and the ports never join `ports` (SSH's rule)."""
+    net = evaluated["net_with_clients"]
+    assert net["client_ranges"] == {
+        "8000": ["10.9.0.0/16", "192.0.2.8/32", "198.51.100.0/24"],
+        "10000": ["192.0.2.7/32"],
+    }
+    assert net["ports"] == [22]
+    main = parse_file(MODULES / "gcp_network" / "main.tf")
+    rules = {
+        name: body
+        for (rtype, name), body in labelled(main, "resource")
+        if rtype == "google_compute_firewall"
+    }
+    clients = rules["clients"]
+    assert clients["for_each"] == "${local.client_ranges}"
+    assert clients["source_ranges"] == "${each.value}"
+    (allow,) = clients["allow"]
+    assert unquote(allow["protocol"]) == "tcp" and allow["ports"] == ["${each.key}"]
+    # The same nodes as the other rules select, by tag or by service account.
+    for key in ("target_tags", "target_service_accounts"):
+        assert clients[key] == rules["external"][key], key
 
 
 def test_static_nodes_take_only_the_deployment_key() -> None:
@@ -464,6 +507,29 @@ BAD_CASES: dict[str, tuple[str, dict[str, Any], list[str], list[str]]] = {
         {**NETWORK, "allowed_cidrs": ["203.0.113.7/32", "0.0.0.0/0"], "service_ports": [8265]},
         [ALLOW_PUBLIC_MSG],
         ["CIDR notation"],
+    ),
+    "world_open_client_refused_without_allow_public": (
+        "gcp_network",
+        {**NETWORK, "service_clients": [{"port": 8000, "cidrs": ["198.51.100.0/24", "0.0.0.0/0"]}]},
+        ["service_clients opens a service port to the whole internet", ALLOW_PUBLIC_MSG],
+        ["Each service_clients entry needs", "service_clients CIDRs must be IPv4"],
+    ),
+    "bad_service_clients": (
+        "gcp_network",
+        {
+            **NETWORK,
+            "service_clients": [
+                {"port": 0, "cidrs": ["198.51.100.0/24"]},
+                {"port": 8000, "cidrs": []},
+                {"port": 8001, "cidrs": ["198.51.100.7", "2001:db8::/32"]},
+            ],
+        },
+        [
+            "Each service_clients entry needs a whole port number from 1 to 65535 and at least "
+            "one CIDR",
+            "service_clients CIDRs must be IPv4 ranges in CIDR notation",
+        ],
+        [ALLOW_PUBLIC_MSG],
     ),
     "other_bad_network_inputs": (
         "gcp_network",
@@ -593,17 +659,28 @@ def test_static_variable_validation_refuses(case: str, refused: dict[str, tuple[
 
 @needs_terraform
 def test_static_world_open_ray_ports_need_allow_public(evaluated: dict[str, Any]) -> None:
-    """The pair of the refusal above: the same /0 range is accepted with allow_public = true
-    (the good root applied), and nothing but allowed_cidrs ever becomes a source range."""
-    assert "net_world_allowed" in evaluated
+    """The pair of the refusals above: the same /0 ranges, in allowed_cidrs and in
+    service_clients, are accepted with allow_public = true (the good root applied), and nothing
+    but allowed_cidrs or a client port's own ranges (local.client_ranges, made of service_clients
+    only; both variables validated for /0) ever becomes a source range."""
+    world = evaluated["net_world_allowed"]
+    assert world["client_ranges"] == {"9000": ["0.0.0.0/0"]}
     main = parse_file(MODULES / "gcp_network" / "main.tf")
     for (rtype, name), body in labelled(main, "resource"):
         if rtype != "google_compute_firewall":
             continue
         assert unquote(body.get("direction", "")) == "INGRESS", name
         ranges = body.get("source_ranges")
-        assert ranges in (None, "${var.allowed_cidrs}"), f"{name}: source_ranges = {ranges!r}"
+        assert ranges in (None, "${var.allowed_cidrs}", "${each.value}"), (
+            f"{name}: source_ranges = {ranges!r}"
+        )
+        if ranges == "${each.value}":
+            assert body["for_each"] == "${local.client_ranges}", name
         assert "0.0.0.0/0" not in json.dumps(body), name
+    (client_ranges,) = [
+        block["client_ranges"] for block in main["locals"] if "client_ranges" in block
+    ]
+    assert "var.service_clients" in client_ranges and "var.allowed_cidrs" not in client_ranges
 
 
 # --- checkov ---------------------------------------------------------------------------------------------
@@ -1045,6 +1122,9 @@ def test_static_module_matches_google_provider_schema(
     # The check saw the module's resources (not an empty parse).
     resources = [r for tree in map(parse_hcl, files.values()) for r in labelled(tree, "resource")]
     assert resources
+    if module == "gcp_network":  # every firewall rule, the service_clients one included
+        rules = {name for (rtype, name), _ in resources if rtype == "google_compute_firewall"}
+        assert rules == {"internal", "external", "clients"}, rules
 
 
 @pytest.mark.parametrize("module", GCP_MODULES)

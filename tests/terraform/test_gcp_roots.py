@@ -60,7 +60,7 @@ STAND_IN_OUTPUTS: dict[str, dict[str, str]] = {
     region     = var.region
     node_tag   = local.node_tag
   }""",
-        "firewall_rules": """concat(["${var.name}-internal"], length(var.allowed_cidrs) > 0 ? ["${var.name}-ssh-and-services"] : [])""",
+        "firewall_rules": """concat(["${var.name}-internal"], length(var.allowed_cidrs) > 0 ? ["${var.name}-ssh-and-services"] : [], [for port in keys(local.client_ranges) : "${var.name}-clients-${port}"])""",
     },
     "gcp_cluster": {
         "inventory": """{
@@ -251,6 +251,24 @@ def test_static_rendered_cluster_root_evaluates_with_its_tfvars(
 
     hosts = cloud_for("gcp").hosts_from_outputs({"inventory": {"value": inventory}})
     assert [(h.rank, h.ssh_user) for h in hosts] == [(0, "ubuntu"), (1, "ubuntu")]
+
+
+@needs_terraform
+def test_static_rendered_retrieval_clients_reach_the_network_module(tmp_path: Path) -> None:
+    """serving.retrieval.clients, rendered into the cluster root's tfvars, passes the root's and
+    gcp_network's validations and names one client rule for the service's port."""
+    data = profile_data(serving={"retrieval": {"clients": ["203.0.113.0/28"]}})
+    deployment = rendered(tmp_path / "render" / "h100x8-gcp", data)
+    folder = provider_free_root(deployment / "terraform" / "cluster", tmp_path / "cluster")
+    tfvars = json.loads((folder / "terraform.tfvars.json").read_text())
+    assert tfvars["service_clients"] == [{"port": 8000, "cidrs": ["203.0.113.0/28"]}]
+    code, text, outputs = evaluate(folder)
+    assert code == 0, text[-4000:]
+    assert outputs["firewall_rules"] == [
+        "h100x8-gcp-internal",
+        "h100x8-gcp-ssh-and-services",
+        "h100x8-gcp-clients-8000",
+    ]
 
 
 @needs_terraform

@@ -331,6 +331,7 @@ def test_tfvars_of_a_two_node_h100_cluster() -> None:
             "allowed_cidrs": [CIDR],
             "allow_public": False,
             "service_ports": [9090],
+            "service_clients": [],
             "placement_policy": True,
             "spot": False,
             "bucket_name": bucket,
@@ -427,10 +428,22 @@ def test_capacity_errors_in_terraform_output_let_up_try_the_next_candidate() -> 
     assert GCP.capacity_error("Error 404: The resource 'machineTypes/x' was not found") is None
 
 
-def test_retrieval_clients_are_refused_on_gcp() -> None:
-    data = gcp_profile(serving={"retrieval": {"clients": ["10.9.0.0/16"]}})
-    with pytest.raises(UsageError, match="serving.retrieval.clients: not rendered for gcp"):
-        plan_of(data)
+def test_retrieval_clients_open_only_the_service_port_on_gcp() -> None:
+    """`serving.retrieval.clients` reaches gcp_network as one port with its ranges (normalized
+    to network addresses), as on AWS; a profile without clients renders none."""
+    data = gcp_profile(
+        serving={"retrieval": {"port": 8100, "clients": ["10.9.3.4/16", "203.0.113.7/32"]}}
+    )
+    plan = plan_of(data)
+    cluster = GCP.tfvars(plan, fixed_context())["cluster"]
+    assert cluster["service_clients"] == [
+        {"port": 8100, "cidrs": ["10.9.0.0/16", "203.0.113.7/32"]}
+    ]
+    # Only the clients' port: SSH and `ports` stay with allowed_cidrs.
+    assert cluster["allowed_cidrs"] == [CIDR] and 8100 not in cluster["service_ports"]
+    ansible = yaml.safe_load(render(plan, fixed_context())["ansible/vars.yml"])
+    assert ansible["retrieval_service_host"] == "0.0.0.0"  # the service listens for them
+    assert GCP.tfvars(plan_of(gcp_profile()), fixed_context())["cluster"]["service_clients"] == []
 
 
 def test_a_bucket_operation_that_cannot_reach_storage_is_an_operation_error(

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinfra.clouds.aws import service_clients
 from rlinfra.errors import ProfileError
 from rlinfra.profile import profile_from_data
-from rlinfra.serving import retrieval_ansible_vars
+from rlinfra.serving import retrieval_ansible_vars, service_clients
 
 ROOT = Path(__file__).resolve().parents[2]
 

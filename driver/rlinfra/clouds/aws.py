@@ -19,6 +19,7 @@ from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
 from rlinfra.profile import Profile
 from rlinfra.render import Host
+from rlinfra.serving import service_clients
 
 ROOTS: dict[str, tuple[str, ...]] = {
     "storage": ("aws_bucket",),
@@ -139,14 +140,6 @@ def capacity_error(output: str) -> str | None:
         if match.group(1) in CAPACITY_ERRORS:
             return match.group(1)
     return None
-
-
-def service_clients(profile: Profile) -> list[dict[str, Any]]:
-    """Ports other clusters may reach, each from its clients' ranges (the module's shape)."""
-    retrieval = profile.serving.retrieval if profile.serving else None
-    if retrieval is None or not retrieval.clients:
-        return []
-    return [{"port": retrieval.port, "cidrs": list(retrieval.clients)}]
 
 
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan
 from rlinfra.profile import Profile
 from rlinfra.render import Host
+from rlinfra.serving import service_clients
 
 if TYPE_CHECKING:
     from rlinfra.clouds.gcp_catalog import Choice
@@ -137,14 +138,6 @@ def _refuse_unsupported(profile: Profile, source: str, cluster: str) -> None:
             f"{source}: network.efa: EFA is AWS's; GCP nodes use gVNIC",
             "Remove network.efa from the profile.",
         )
-    retrieval = profile.serving.retrieval if profile.serving else None
-    if retrieval is not None and retrieval.clients:
-        raise UsageError(
-            f"{source}: serving.retrieval.clients: not rendered for gcp yet (the GCP network "
-            "opens SSH and `ports` to network.allowed_cidrs only)",
-            "Remove serving.retrieval.clients, or add the clients' ranges to "
-            "network.allowed_cidrs and the port to `ports`.",
-        )
     if profile.state.backend != "local":
         raise UsageError(
             f"{source}: state.backend: {profile.state.backend} is not rendered for gcp yet; "
@@ -194,6 +187,7 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         "allowed_cidrs": list(profile.network.allowed_cidrs),
         "allow_public": profile.network.allow_public,
         "service_ports": sorted(profile.ports),
+        "service_clients": service_clients(profile),
         "placement_policy": res.placement_group and plan.num_nodes > 1,
         "spot": res.spot,
         "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,

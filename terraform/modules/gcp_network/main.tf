@@ -1,7 +1,8 @@
 # A cluster network: a new VPC network with one subnetwork, or an existing subnetwork given by its
 # path (then only the firewall rules are made, in its network). Firewall rules: all traffic between
-# the cluster's own nodes, and SSH plus the listed service ports from allowed_cidrs only. A new VPC
-# network has no other ingress rule (ingress is denied unless a rule allows it); egress is open.
+# the cluster's own nodes, SSH plus the listed service ports from allowed_cidrs only, and one port
+# per service_clients entry from that entry's ranges only (other clusters using a service). A new
+# VPC network has no other ingress rule (ingress is denied unless a rule allows it); egress is open.
 
 locals {
   create = var.existing_subnetwork == null
@@ -13,6 +14,13 @@ locals {
 
   # SSH first, then each service port once.
   ports = distinct(concat([22], var.service_ports))
+
+  # One rule per client port, keyed by the port so that adding or removing a client leaves the
+  # other rules in place; entries that name the same port share its rule (their ranges merged).
+  client_ranges = {
+    for port, ranges in { for client in var.service_clients : tostring(client.port) => client.cidrs... } :
+    port => sort(distinct(flatten(ranges)))
+  }
 }
 
 data "google_compute_subnetwork" "existing" {
@@ -98,6 +106,27 @@ resource "google_compute_firewall" "external" {
   }
 
   source_ranges           = var.allowed_cidrs
+  target_tags             = local.by_tag ? [local.node_tag] : null
+  target_service_accounts = local.by_tag ? null : [var.node_service_account]
+}
+
+# Each client port, from that port's client ranges only: no SSH, no other port.
+resource "google_compute_firewall" "clients" {
+  for_each = local.client_ranges
+
+  project     = local.network_project
+  name        = "${var.name}-clients-${each.key}"
+  description = "rlinfra cluster ${var.name}: service port ${each.key} from client networks only"
+  network     = local.create ? google_compute_network.this[0].self_link : data.google_compute_subnetwork.existing[0].network
+  direction   = "INGRESS"
+  priority    = 1000
+
+  allow {
+    protocol = "tcp"
+    ports    = [each.key]
+  }
+
+  source_ranges           = each.value
   target_tags             = local.by_tag ? [local.node_tag] : null
   target_service_accounts = local.by_tag ? null : [var.node_service_account]
 }

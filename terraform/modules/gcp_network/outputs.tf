@@ -8,10 +8,10 @@ output "network" {
   }
 
   # Nodes placed in the subnetwork must find the rules that let members talk already there.
-  depends_on = [google_compute_firewall.internal, google_compute_firewall.external]
+  depends_on = [google_compute_firewall.internal, google_compute_firewall.external, google_compute_firewall.clients]
 }
 
 output "firewall_rules" {
-  description = "Names of the firewall rules made: the members' rule, then the SSH and service ports rule when allowed_cidrs is not empty."
-  value       = concat([google_compute_firewall.internal.name], google_compute_firewall.external[*].name)
+  description = "Names of the firewall rules made: the members' rule, then the SSH and service ports rule when allowed_cidrs is not empty, then one rule per service_clients port, <name>-clients-<port> (sorted by the port as text)."
+  value       = concat([google_compute_firewall.internal.name], google_compute_firewall.external[*].name, [for rule in google_compute_firewall.clients : rule.name])
 }

@@ -96,7 +96,7 @@ variable "allowed_cidrs" {
 }
 
 variable "allow_public" {
-  description = "Allow a /0 range (the whole internet) in allowed_cidrs. Leave false unless the service ports are protected by something else."
+  description = "Allow a /0 range (the whole internet) in allowed_cidrs and service_clients. Leave false unless the service ports are protected by something else."
   type        = bool
   default     = false
 }
@@ -109,5 +109,37 @@ variable "service_ports" {
   validation {
     condition     = alltrue([for port in var.service_ports : floor(port) == port && port >= 1 && port <= 65535])
     error_message = "service_ports must hold whole port numbers from 1 to 65535."
+  }
+}
+
+variable "service_clients" {
+  description = "Other networks that may reach one service port each (e.g. a trainer cluster's address reaching a retrieval service on 8000), without SSH or any other port: one firewall rule per port, named <name>-clients-<port>. A /0 range needs allow_public = true."
+  type = list(object({
+    port  = number
+    cidrs = list(string)
+  }))
+  default = []
+
+  validation {
+    condition = alltrue([
+      for client in var.service_clients :
+      floor(client.port) == client.port && client.port >= 1 && client.port <= 65535 && length(client.cidrs) > 0
+    ])
+    error_message = "Each service_clients entry needs a whole port number from 1 to 65535 and at least one CIDR."
+  }
+
+  validation {
+    condition = alltrue(flatten([
+      for client in var.service_clients : [
+        for cidr in client.cidrs :
+        can(regex("^[0-9]{1,3}(\\.[0-9]{1,3}){3}/([0-9]|[12][0-9]|3[0-2])$", cidr)) && can(cidrhost(cidr, 0))
+      ]
+    ]))
+    error_message = "service_clients CIDRs must be IPv4 ranges in CIDR notation, such as \"198.51.100.0/24\"."
+  }
+
+  validation {
+    condition     = var.allow_public || alltrue(flatten([for client in var.service_clients : [for cidr in client.cidrs : !endswith(cidr, "/0")]]))
+    error_message = "service_clients opens a service port to the whole internet: a /0 range such as \"0.0.0.0/0\" is refused unless allow_public = true."
   }
 }

@@ -28,6 +28,7 @@ module "network" {
   allowed_cidrs        = var.allowed_cidrs
   allow_public         = var.allow_public
   service_ports        = var.service_ports
+  service_clients      = var.service_clients
 }
 
 module "cluster" {

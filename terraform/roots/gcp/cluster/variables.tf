@@ -58,7 +58,7 @@ variable "allowed_cidrs" {
 }
 
 variable "allow_public" {
-  description = "Allow a /0 range (the whole internet) in allowed_cidrs."
+  description = "Allow a /0 range (the whole internet) in allowed_cidrs and service_clients."
   type        = bool
   default     = false
 }
@@ -67,6 +67,15 @@ variable "service_ports" {
   description = "TCP ports besides SSH that allowed_cidrs may reach."
   type        = list(number)
   default     = []
+}
+
+variable "service_clients" {
+  description = "Other networks that may reach one service port each (port and CIDRs)."
+  type = list(object({
+    port  = number
+    cidrs = list(string)
+  }))
+  default = []
 }
 
 # --- cluster --------------------------------------------------------------------------------------
