@@ -1,8 +1,9 @@
 """Summaries of Terraform plans for people who approve the spend (pure: JSON in, data out).
 
 Input is ``terraform show -json PLANFILE``. The summary counts resources to create, change and
-destroy by type, prices the instances, and calls out destructive changes and anything reachable
-from the whole internet.
+destroy by type, prices the instances (EC2 instances and Compute Engine VMs, named as
+``instance_key`` names them), and calls out destructive changes and anything reachable from the
+whole internet (security group rules, VPC firewall rules).
 """
 
 from __future__ import annotations
@@ -53,9 +54,46 @@ def _action(actions: list[str]) -> str:
     return actions[0] if actions else "none"
 
 
+def instance_key(machine_type: str, guest_type: str | None = None, guest_count: int = 0) -> str:
+    """How the summary names a Compute Engine VM: its machine type, plus ``+TYPExCOUNT`` for
+    GPUs attached to it (``n1-standard-8+nvidia-tesla-t4x1``). Prices are keyed the same way."""
+    machine = machine_type.rsplit("/", 1)[-1]  # a full machineTypes URL names the same type
+    return f"{machine}+{guest_type}x{guest_count}" if guest_type and guest_count else machine
+
+
+def _instance(kind: str, values: dict[str, Any]) -> str | None:
+    """The priced name of an instance resource, None for other resources."""
+    if kind == "aws_instance":
+        return str(values.get("instance_type") or "?")
+    if kind == "google_compute_instance":
+        guests = [g for g in values.get("guest_accelerator") or [] if g.get("count")]
+        name = instance_key(str(values.get("machine_type") or "?"))
+        return name + "".join(f"+{g.get('type')}x{g.get('count')}" for g in guests)
+    return None
+
+
+def _firewall_ports(allows: list[dict[str, Any]]) -> str:
+    parts = []
+    for allow in allows:
+        protocol = allow.get("protocol") or "?"
+        ports = allow.get("ports") or []
+        parts.append(f"{protocol} {','.join(ports)}" if ports else f"{protocol} (every port)")
+    return "; ".join(parts) or "nothing allowed"
+
+
 def _ingress_world(resource_type: str, values: dict[str, Any]) -> list[str]:
-    """Ingress rules of a security group (inline or separate) open to the world."""
+    """Ingress rules of a security group (inline or separate) or a VPC firewall open to the
+    world."""
     found = []
+    if resource_type == "google_compute_firewall":
+        ingress = (values.get("direction") or "INGRESS") == "INGRESS"
+        if (
+            ingress
+            and not values.get("disabled")
+            and set(values.get("source_ranges") or []) & WORLD
+        ):
+            found.append(_firewall_ports(values.get("allow") or []))
+        return found
     if resource_type == "aws_security_group":
         for rule in values.get("ingress") or []:
             cidrs = set(rule.get("cidr_blocks") or []) | set(rule.get("ipv6_cidr_blocks") or [])
@@ -83,8 +121,9 @@ def summarize(plan_json: dict[str, Any], prices: dict[str, float] | None = None)
         getattr(summary, action if action != "replace" else "replace")[kind] += 1
         after = (change.get("change") or {}).get("after") or {}
         if action in {"create", "replace", "update"}:
-            if kind == "aws_instance":
-                summary.instances[after.get("instance_type") or "?"] += 1
+            instance = _instance(kind, after)
+            if instance is not None:
+                summary.instances[instance] += 1
             for ports in _ingress_world(kind, after):
                 summary.exposed.append(f"{address}: {ports} open to the internet")
         if action in {"delete", "replace"}:

@@ -316,7 +316,7 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     terraform_binary()
     folder = (out or deployment_dir(plan.cluster, home)).resolve()
     # Unknown catalog prices (NaN) are left out: the audit lists those types as unpriced.
-    prices = {c.instance_type: c.hourly for c in plan.choices if c.hourly == c.hourly}
+    prices = {c.planned_as: c.hourly for c in plan.choices if c.hourly == c.hourly}
     with cluster_lock(folder, "plan"):
         ctx = make_context(plan, folder, home, build=False)
         files = render(plan, ctx)

@@ -367,6 +367,45 @@ def test_tfvars_of_one_t4_spot_node_without_bucket() -> None:
     assert cluster["labels"] == {"rlinfra-profile": "t4-test-profile"}
 
 
+def test_the_plan_summary_prices_the_vms_the_tfvars_ask_for() -> None:
+    """Profile -> plan -> tfvars -> the VMs gcp_cluster would plan (it passes machine_type and
+    guest_accelerator through unchanged) -> the summary auditors read, priced as
+    `rlinfra plan --terraform` prices it. Only Terraform's own plan is not run (no Google
+    provider here)."""
+    from rlinfra.audit import summarize
+
+    for resources in (
+        {},
+        {"accelerators": "T4:1", "num_nodes": 1, "cpus": None, "memory_gb": None},
+    ):
+        plan = plan_of(gcp_profile(resources=resources))
+        cluster = GCP.tfvars(plan, fixed_context())["cluster"]
+        guest = cluster["guest_accelerator"]
+        shown = {
+            "resource_changes": [
+                {
+                    "address": f"module.cluster.google_compute_instance.this[{rank}]",
+                    "type": "google_compute_instance",
+                    "change": {
+                        "actions": ["create"],
+                        "after": {
+                            "machine_type": cluster["machine_type"],
+                            "guest_accelerator": [guest] if guest else [],
+                        },
+                    },
+                }
+                for rank in range(cluster["node_count"])
+            ]
+        }
+        prices = {c.planned_as: c.hourly for c in plan.choices if c.hourly == c.hourly}
+        summary = summarize(shown, prices)
+        chosen = choice(plan)
+        assert summary.instances == {chosen.planned_as: cluster["node_count"]}
+        assert summary.unpriced == ([] if chosen.price_known else [chosen.planned_as])
+        if chosen.price_known:
+            assert summary.hourly_usd == pytest.approx(chosen.hourly * cluster["node_count"])
+
+
 def test_ansible_vars_mount_buckets_with_rclone_on_gcs() -> None:
     plan = plan_of(gcp_profile())
     extra = GCP.ansible_vars(plan, fixed_context())

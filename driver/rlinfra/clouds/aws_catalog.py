@@ -95,6 +95,10 @@ class Choice:
             return self.spot_hourly
         return self.on_demand_hourly
 
+    @property
+    def planned_as(self) -> str:
+        return self.instance_type
+
 
 def _instance_type(name: str, raw: Mapping[str, Any], regions: Iterable[str]) -> InstanceType:
     def need(key: str) -> Any:

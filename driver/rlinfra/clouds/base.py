@@ -54,6 +54,12 @@ class Candidate(Protocol):
     @property
     def hourly(self) -> float: ...
 
+    @property
+    def planned_as(self) -> str:
+        """How a Terraform plan's summary names this machine (``rlinfra.audit``), so that the
+        plan's instances are priced."""
+        ...
+
 
 @dataclass(frozen=True)
 class Site:

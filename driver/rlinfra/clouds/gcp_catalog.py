@@ -141,6 +141,17 @@ class Choice:
         return math.nan if price is None else price
 
     @property
+    def planned_as(self) -> str:
+        """The VM as a plan shows it: machine type and attached GPUs (``audit.instance_key``),
+        not the catalog key (which names the GPU short, ``n1-standard-8+t4x1``)."""
+        from rlinfra.audit import instance_key
+
+        guest = self.guest_accelerator
+        if guest is None:
+            return instance_key(self.machine_type)
+        return instance_key(self.machine_type, guest.type, guest.count)
+
+    @property
     def price_text(self) -> str:
         price = self.price
         if price is None:
