@@ -105,7 +105,15 @@ def test_auto_picks_the_devices_native_precision(tiny: Path, device: str) -> Non
     assert encoder.query_path == f"rlinfra_node.retrieval.bert, {expected}"
 
 
-def test_the_benchmark_writes_its_figures(tmp_path: Path) -> None:
+@pytest.fixture
+def torch_threads() -> Any:
+    """The bench sets one intra-op thread for the process; later tests get theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_benchmark_writes_its_figures(tmp_path: Path, torch_threads: None) -> None:
     import json
 
     out = tmp_path / "encoder"

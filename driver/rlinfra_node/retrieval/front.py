@@ -6,14 +6,16 @@ is a small asyncio proxy, about 0.3 ms of CPU a request, where Serve's HTTP prox
 9 ms of latency (bench/results/retrieval.md):
 
 - Routing: the replica with the fewest requests in flight from this front (ties in turn), over
-  kept-alive connections (one unused for ``POOL_IDLE_S`` is closed, not reused). Requests are forwarded whole (body read first, ``Content-Length``
-  on both legs); a HEAD is asked as a GET and answered without the body.
+  kept-alive connections; one unused for ``POOL_IDLE_S`` is closed (checked each second and
+  before each reuse), never reused. Requests are forwarded whole (body read first,
+  ``Content-Length`` on both legs); a HEAD is asked as a GET and answered without the body.
 - A replica that cannot be reached (refused, reset, closed before answering) is taken out at
   once and the request goes to the next one; /retrieve only reads, so a retry is safe. It comes
   back when it registers again (a live replica does so within ``REGISTER_PERIOD_S``); one that
   stops registering is forgotten after ``stale_s``. One that left (``deregister``, as a replica
-  does when Serve stops it) stays out: a registration it sent just before arrives late. A kept-alive connection that fails is
-  retried once on a new connection to the same replica before the replica is taken out.
+  does when Serve stops it) stays out: a registration it sent just before arrives late. A
+  kept-alive connection that fails is retried once on a new connection to the same replica
+  before the replica is taken out.
 - A replica that answers 503 (its queue is full) passes the request to the next one; when every
   replica is full, the client gets the 503 (with ``Retry-After``). One that does not answer
   within ``request_timeout_s`` gives the client 504 and is not retried (it may still be working).
@@ -85,16 +87,18 @@ class Backend:
     idle: list[tuple[Connection, float]] = field(default_factory=list)
 
     def take_idle(self, now: float, max_idle_s: float) -> Connection | None:
-        """The most recently used kept-alive connection, if it has been idle at most
-        ``max_idle_s``; otherwise every kept connection (all older still) is closed."""
-        if not self.idle:
-            return None
-        connection, since = self.idle.pop()
-        if now - since <= max_idle_s:
-            return connection
-        connection[1].close()
-        self.close()
-        return None
+        """The most recently used kept-alive connection; those idle longer than ``max_idle_s``
+        are closed first (the oldest are at the front of the list)."""
+        self.prune(now, max_idle_s)
+        return self.idle.pop()[0] if self.idle else None
+
+    def prune(self, now: float, max_idle_s: float) -> None:
+        """Close the kept-alive connections idle longer than ``max_idle_s``."""
+        stale = 0
+        while stale < len(self.idle) and now - self.idle[stale][1] > max_idle_s:
+            self.idle[stale][0][1].close()
+            stale += 1
+        del self.idle[:stale]
 
     def close(self) -> None:
         for (_, writer), _ in self.idle:
@@ -150,12 +154,16 @@ class Backends:
         backend.down = True
         backend.close()
 
-    def expire(self, now: float | None = None) -> None:
+    def expire(self, now: float | None = None, pool_idle_s: float = POOL_IDLE_S) -> None:
+        """Forget replicas that stopped registering; close kept-alive connections idle longer
+        than ``pool_idle_s``."""
         now = time.monotonic() if now is None else now
         for backend in list(self._by_id.values()):
             if now - backend.seen > self.stale_s:
                 log(f"front: replica {backend.replica_id} stopped registering; forgotten")
                 self._forget(backend.replica_id)  # it may register again: it did not leave
+            else:
+                backend.prune(now, pool_idle_s)
 
     def usable(self, now: float | None = None) -> list[Backend]:
         now = time.monotonic() if now is None else now
@@ -297,7 +305,7 @@ class FrontServer:
     async def _expire(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            self.backends.expire()
+            self.backends.expire(pool_idle_s=self._handler.pool_idle_s)
 
     def register(self, replica_id: str, url: str) -> None:
         """From any thread: the replica ``replica_id`` serves at ``url``."""

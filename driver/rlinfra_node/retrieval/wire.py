@@ -6,9 +6,11 @@ ASGI message dance, Starlette's JSONResponse), and the search itself costs a few
 here are three fixed paths with JSON in and out. This module reads a request (``Content-Length``
 or chunked body, ``Expect: 100-continue``, keep-alive as HTTP/1.0 and 1.1 define it), refuses a
 body over the limit before reading it, and writes a response with ``Content-Length``; the front
-also reads responses with it. A server bounds what clients can hold: open connections
-(``MAX_CONNECTIONS``, then 503), idle keep-alive time (``IDLE_TIMEOUT_S``) and the time a
-started request may take to arrive (``READ_TIMEOUT_S``, then 408). One ``Server`` serves a ``Handler`` on a socket and knows how many
+also reads responses with it. A server bounds what clients can hold: connections served at
+once (``MAX_CONNECTIONS``, then 503; sockets beyond twice that are dropped unread), idle
+keep-alive time (``IDLE_TIMEOUT_S``), the time a started request may take to arrive
+(``READ_TIMEOUT_S``, then 408) and the time an answer may take to be taken
+(``WRITE_TIMEOUT_S``). One ``Server`` serves a ``Handler`` on a socket and knows how many
 requests are in flight, so a replica can drain before it stops.
 
 Everything here is transport: what a route answers lives in ``server`` (replicas) and ``front``
@@ -31,10 +33,12 @@ from typing import Any, TypeVar
 
 HEAD_LIMIT = 64 * 1024
 JSON_TYPE = "application/json"
-# Connections one server keeps open at once; more get 503 and are closed (each is a socket and a
+# Connections one server serves at once; more get 503 and are closed (each is a socket and a
 # coroutine, and file descriptors run out before memory does). Clamped at start to half the
-# process's descriptor limit: the front also opens connections to the replicas.
+# process's descriptor limit: the front also opens connections to the replicas. Those turned
+# away get TURN_AWAY_S to send their head; past twice the cap a socket is closed unread.
 MAX_CONNECTIONS = 1024
+TURN_AWAY_S = 2.0
 # A kept-alive connection with no request for this long is closed, quietly (as idle HTTP/1.1
 # connections are: clients open a new one). The front drops its own idle connections to the
 # replicas sooner (front.POOL_IDLE_S), so it never sends on one a replica is closing.
@@ -42,8 +46,12 @@ IDLE_TIMEOUT_S = 75.0
 # Once a request's first byte has arrived, its head and body must arrive within this (408 if
 # not): a client that sends a little at a time cannot hold a connection open forever.
 READ_TIMEOUT_S = 30.0
+# An answer the client does not take within this (it stopped reading) ends the connection.
+WRITE_TIMEOUT_S = 60.0
 # At most one log line this often while connections are turned away.
 FULL_LOG_PERIOD_S = 10.0
+# Empty lines a client may send before a request (RFC 9112 2.2: servers should ignore them).
+LEADING_EMPTY_LINES = 4
 T = TypeVar("T")
 
 
@@ -200,8 +208,12 @@ async def read_request(
     """The next request on a connection; None when the client closed it between requests or
     sent nothing for ``idle_s``. Once its first byte is in, the rest must arrive within
     ``read_s`` (408 otherwise)."""
+    first = b"\r"
     try:
-        first = await asyncio.wait_for(reader.read(1), idle_s)
+        for _ in range(2 * LEADING_EMPTY_LINES + 1):
+            first = await asyncio.wait_for(reader.read(1), idle_s)
+            if first not in (b"\r", b"\n"):
+                break
     except asyncio.TimeoutError:
         return None
     if not first:
@@ -309,6 +321,10 @@ class Server:
     max_connections: int = MAX_CONNECTIONS
     idle_timeout_s: float = IDLE_TIMEOUT_S
     read_timeout_s: float = READ_TIMEOUT_S
+    write_timeout_s: float = WRITE_TIMEOUT_S
+    turn_away_s: float = TURN_AWAY_S
+    # Connections being served (those turned away are not counted).
+    served: int = 0
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
     _idle: asyncio.Event | None = None
@@ -348,12 +364,17 @@ class Server:
 
     @property
     def connections(self) -> int:
-        """Connections open now (those being turned away included)."""
+        """Sockets open now, those being turned away included."""
         return len(self._connections)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        full = len(self._connections) >= self.max_connections
+        if len(self._connections) >= 2 * self.max_connections:
+            writer.transport.abort()  # a flood: not even a 503 for this one
+            return
+        full = self.served >= self.max_connections
         self._connections.add(writer)
+        if not full:
+            self.served += 1
         peer = writer.get_extra_info("peername")
         refused = self.refused(str(peer[0])) if peer else self.refused("unknown")
         try:
@@ -362,7 +383,7 @@ class Server:
                 return
             if full:
                 message = (
-                    f"{self.name}: too many connections ({self.max_connections} open); retry later"
+                    f"{self.name}: at its limit of {self.max_connections} connections; retry later"
                 )
                 now = time.monotonic()
                 if now - self._full_logged >= FULL_LOG_PERIOD_S:
@@ -389,7 +410,12 @@ class Server:
                     keep_alive = request.keep_alive and not self.closing
                     head_only = request.method == "HEAD"
                     writer.write(encode_response(reply, keep_alive, head_only))
-                    await writer.drain()
+                    try:
+                        await asyncio.wait_for(writer.drain(), self.write_timeout_s)
+                    except asyncio.TimeoutError:
+                        log(f"{self.name}: a client took no answer in {self.write_timeout_s:g} s")
+                        writer.transport.abort()
+                        return
                 finally:
                     self._leave()
                 if not keep_alive:
@@ -397,6 +423,8 @@ class Server:
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
             return
         finally:
+            if not full:
+                self.served -= 1
             self._connections.discard(writer)
             writer.close()
 
@@ -406,12 +434,12 @@ class Server:
         """Answer ``reply`` on the request head, its body never read into memory (what the
         client still sends is discarded for a few seconds, then the socket closes)."""
         try:
-            head = await asyncio.wait_for(_read_head(reader), self.read_timeout_s)
+            head = await asyncio.wait_for(_read_head(reader), self.turn_away_s)
         except (HttpError, asyncio.TimeoutError):
             head = b""
         if head is not None:
             writer.write(encode_response(reply, False))
-            await _close_after_error(reader, writer)
+            await _close_after_error(reader, writer, self.turn_away_s)
 
     async def _answer(self, request: Request) -> Reply:
         try:
@@ -447,11 +475,14 @@ class Server:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
 
-async def _close_after_error(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Half-close, then read what the client still sends: closing a socket with unread data
-    resets the connection, and the client would lose the answer (a 413 before the body)."""
+async def _close_after_error(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, within_s: float = 5.0
+) -> None:
+    """Half-close, then read what the client still sends (for at most ``within_s``): closing a
+    socket with unread data resets the connection, and the client would lose the answer (a 413
+    before the body)."""
     with contextlib.suppress(ConnectionError, OSError, asyncio.TimeoutError, RuntimeError):
-        await writer.drain()
+        await asyncio.wait_for(writer.drain(), within_s)
         if writer.can_write_eof():
             writer.write_eof()
 
@@ -459,7 +490,7 @@ async def _close_after_error(reader: asyncio.StreamReader, writer: asyncio.Strea
             while await reader.read(1 << 16):
                 pass
 
-        await asyncio.wait_for(discard(), 5.0)
+        await asyncio.wait_for(discard(), within_s)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
