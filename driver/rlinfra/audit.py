@@ -9,8 +9,12 @@ whole internet (security group rules, VPC firewall rules).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlinfra.clouds.base import Candidate
 
 WORLD = {"0.0.0.0/0", "::/0"}
 PERSISTENT_TYPES = {"aws_s3_bucket", "google_storage_bucket", "module.bucket"}
@@ -54,11 +58,18 @@ def _action(actions: list[str]) -> str:
     return actions[0] if actions else "none"
 
 
-def instance_key(machine_type: str, guest_type: str | None = None, guest_count: int = 0) -> str:
+def instance_key(machine_type: str, guests: Iterable[tuple[str, int]] = ()) -> str:
     """How the summary names a Compute Engine VM: its machine type, plus ``+TYPExCOUNT`` for
-    GPUs attached to it (``n1-standard-8+nvidia-tesla-t4x1``). Prices are keyed the same way."""
+    each kind of GPU attached to it (``n1-standard-8+nvidia-tesla-t4x1``). Prices are keyed the
+    same way (``Candidate.planned_as``)."""
     machine = machine_type.rsplit("/", 1)[-1]  # a full machineTypes URL names the same type
-    return f"{machine}+{guest_type}x{guest_count}" if guest_type and guest_count else machine
+    return machine + "".join(f"+{kind}x{count}" for kind, count in guests if count)
+
+
+def prices_of(candidates: Iterable[Candidate]) -> dict[str, float]:
+    """USD per hour of each candidate, keyed as a plan's summary names it; unknown prices
+    (NaN) are left out, so the summary lists those machines as unpriced."""
+    return {c.planned_as: c.hourly for c in candidates if c.hourly == c.hourly}
 
 
 def _instance(kind: str, values: dict[str, Any]) -> str | None:
@@ -66,9 +77,11 @@ def _instance(kind: str, values: dict[str, Any]) -> str | None:
     if kind == "aws_instance":
         return str(values.get("instance_type") or "?")
     if kind == "google_compute_instance":
-        guests = [g for g in values.get("guest_accelerator") or [] if g.get("count")]
-        name = instance_key(str(values.get("machine_type") or "?"))
-        return name + "".join(f"+{g.get('type')}x{g.get('count')}" for g in guests)
+        guests = [
+            (str(g.get("type")), int(g.get("count") or 0))
+            for g in values.get("guest_accelerator") or []
+        ]
+        return instance_key(str(values.get("machine_type") or "?"), guests)
     return None
 
 

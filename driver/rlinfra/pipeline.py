@@ -308,15 +308,14 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     The saved plans are what `rlinfra up --from-plan` applies, refusing if the rendered
     configuration changed since.
     """
-    from rlinfra.audit import render_text, summarize
+    from rlinfra.audit import prices_of, render_text, summarize
     from rlinfra.runners.terraform import terraform_binary
 
     home = rlinfra_home()
     cloud = cloud_for(plan.cloud)
     terraform_binary()
     folder = (out or deployment_dir(plan.cluster, home)).resolve()
-    # Unknown catalog prices (NaN) are left out: the audit lists those types as unpriced.
-    prices = {c.planned_as: c.hourly for c in plan.choices if c.hourly == c.hourly}
+    prices = prices_of(plan.choices)
     with cluster_lock(folder, "plan"):
         ctx = make_context(plan, folder, home, build=False)
         files = render(plan, ctx)

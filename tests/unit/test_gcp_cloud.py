@@ -372,7 +372,7 @@ def test_the_plan_summary_prices_the_vms_the_tfvars_ask_for() -> None:
     guest_accelerator through unchanged) -> the summary auditors read, priced as
     `rlinfra plan --terraform` prices it. Only Terraform's own plan is not run (no Google
     provider here)."""
-    from rlinfra.audit import summarize
+    from rlinfra.audit import prices_of, summarize
 
     for resources in (
         {},
@@ -397,8 +397,7 @@ def test_the_plan_summary_prices_the_vms_the_tfvars_ask_for() -> None:
                 for rank in range(cluster["node_count"])
             ]
         }
-        prices = {c.planned_as: c.hourly for c in plan.choices if c.hourly == c.hourly}
-        summary = summarize(shown, prices)
+        summary = summarize(shown, prices_of(plan.choices))
         chosen = choice(plan)
         assert summary.instances == {chosen.planned_as: cluster["node_count"]}
         assert summary.unpriced == ([] if chosen.price_known else [chosen.planned_as])

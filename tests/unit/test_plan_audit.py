@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from rlinfra.audit import instance_key, render_text, summarize
-from rlinfra.clouds.gcp_catalog import Choice, load_catalog
+from rlinfra.audit import instance_key, prices_of, render_text, summarize
+from rlinfra.clouds.gcp_catalog import choice_for, load_catalog, zone_for
 
 
 def change(address: str, kind: str, after: dict[str, Any], *actions: str) -> dict[str, Any]:
@@ -51,11 +51,6 @@ def firewall(name: str, ranges: list[str], ports: list[str], **extra: Any) -> di
     )
 
 
-def prices_for(choices: tuple[Any, ...] | list[Any]) -> dict[str, float]:
-    """What `rlinfra plan --terraform` prices with (pipeline.audit)."""
-    return {c.planned_as: c.hourly for c in choices if c.hourly == c.hourly}
-
-
 @pytest.mark.parametrize(
     "key",
     ["a3-highgpu-8g", "n1-standard-8+t4x1", "g2-standard-8"],
@@ -72,25 +67,14 @@ def test_each_gcp_machine_in_a_plan_is_counted_and_priced(key: str) -> None:
             change("module.bucket.google_storage_bucket.this", "google_storage_bucket", {}),
         ]
     }
-    choice = Choice(
-        instance_type=entry.key,
-        machine_type=entry.machine_type,
-        guest_accelerator=guest,
-        accelerator=entry.accelerator,
-        vcpus=entry.vcpus,
-        memory_gib=entry.memory_gib,
-        gpus=entry.gpus,
-        gpu=entry.gpu,
-        region="us-central1",
-        zone="us-central1-a",
-        on_demand_hourly=2.5,
-        spot_hourly=None,
-        spot=False,
-    )
-    summary = summarize(plan, prices_for((choice,)))
+    zone = zone_for(entry, "us-central1", None)
+    assert zone is not None
+    choice = choice_for(entry, "us-central1", zone, spot=False)
+    assert choice.price_known, key
+    summary = summarize(plan, prices_of([choice]))
     name = choice.planned_as
     assert summary.instances == {name: 2}
-    assert summary.hourly_usd == pytest.approx(5.0)
+    assert summary.hourly_usd == pytest.approx(2 * choice.hourly)
     assert summary.unpriced == []
     assert summary.create["google_compute_instance"] == 2
     if guest:
@@ -99,14 +83,16 @@ def test_each_gcp_machine_in_a_plan_is_counted_and_priced(key: str) -> None:
         assert name == entry.machine_type
     text = render_text(summary)
     assert f"  instances: 2 x {name}" in text
-    assert "  estimated cost: $5.00 per hour (catalog prices)" in text
+    assert f"  estimated cost: ${2 * choice.hourly:,.2f} per hour (catalog prices)" in text
 
 
 def test_a_full_machine_type_url_names_the_same_machine() -> None:
     url = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a/machineTypes/a2-highgpu-1g"
     assert instance_key(url) == "a2-highgpu-1g"
-    assert instance_key("n1-standard-4", "nvidia-tesla-t4", 2) == "n1-standard-4+nvidia-tesla-t4x2"
-    assert instance_key("n1-standard-4", "nvidia-tesla-t4", 0) == "n1-standard-4"
+    assert (
+        instance_key("n1-standard-4", [("nvidia-tesla-t4", 2)]) == "n1-standard-4+nvidia-tesla-t4x2"
+    )
+    assert instance_key("n1-standard-4", [("nvidia-tesla-t4", 0)]) == "n1-standard-4"
 
 
 def test_an_unpriced_gcp_machine_is_listed_as_such() -> None:

@@ -14,6 +14,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -44,9 +45,9 @@ class CountingServer(Server):
 
 
 @contextlib.contextmanager
-def serving(**limits: float) -> Iterator[tuple[CountingServer, LoopThread]]:
+def serving(host: str = "127.0.0.1", **limits: Any) -> Iterator[tuple[CountingServer, LoopThread]]:
     thread = LoopThread("test-wire")
-    server = CountingServer(_ok, "127.0.0.1", 0, 1 << 20, name="test", **limits)  # type: ignore[arg-type]
+    server = CountingServer(_ok, host, 0, 1 << 20, name="test", **limits)
     thread.run(server.start(), timeout=10)
     try:
         yield server, thread
@@ -131,6 +132,24 @@ def test_sockets_being_turned_away_do_not_keep_the_server_full() -> None:
             assert _ok_answer(fresh)
         for sock in lingering:
             sock.close()
+
+
+def test_a_refused_peer_does_not_take_a_place() -> None:
+    from test_retrieval_allow import own_address
+
+    address = own_address()  # a real peer outside the allow list below
+    allow = wire.networks(["10.77.0.0/16"])
+    with (
+        serving("0.0.0.0", max_connections=1, turn_away_s=5, allow=allow) as (server, _),
+        socket.create_connection((address, server.port), timeout=10) as refused,
+    ):
+        _wait_for(lambda: server.connections == 1)
+        assert server.served == 0  # silent, waiting for its head to be refused
+        with _connect(server.port) as loopback:  # loopback may ask: the one place is free
+            loopback.sendall(GET)
+            assert _ok_answer(loopback)
+        refused.sendall(GET)
+        assert _status(_read_all(refused)) == 403
 
 
 def test_an_idle_connection_is_closed_quietly() -> None:

@@ -147,9 +147,7 @@ class Choice:
         from rlinfra.audit import instance_key
 
         guest = self.guest_accelerator
-        if guest is None:
-            return instance_key(self.machine_type)
-        return instance_key(self.machine_type, guest.type, guest.count)
+        return instance_key(self.machine_type, [(guest.type, guest.count)] if guest else [])
 
     @property
     def price_text(self) -> str:

@@ -323,7 +323,7 @@ class Server:
     read_timeout_s: float = READ_TIMEOUT_S
     write_timeout_s: float = WRITE_TIMEOUT_S
     turn_away_s: float = TURN_AWAY_S
-    # Connections being served (those turned away are not counted).
+    # Connections being served (those turned away, full or refused, are not counted).
     served: int = 0
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -371,12 +371,13 @@ class Server:
         if len(self._connections) >= 2 * self.max_connections:
             writer.transport.abort()  # a flood: not even a 503 for this one
             return
-        full = self.served >= self.max_connections
-        self._connections.add(writer)
-        if not full:
-            self.served += 1
         peer = writer.get_extra_info("peername")
         refused = self.refused(str(peer[0])) if peer else self.refused("unknown")
+        full = self.served >= self.max_connections
+        counted = refused is None and not full  # only connections served take a place
+        self._connections.add(writer)
+        if counted:
+            self.served += 1
         try:
             if refused is not None:
                 await self._turn_away(reader, writer, error_reply(403, refused))
@@ -423,7 +424,7 @@ class Server:
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
             return
         finally:
-            if not full:
+            if counted:
                 self.served -= 1
             self._connections.discard(writer)
             writer.close()
