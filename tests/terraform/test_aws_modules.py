@@ -533,7 +533,9 @@ def prepare_deployment(tmp: Path, emu: Emulator) -> Deployment:
     )
     endpoints = {service: emu.url for service in ("ec2", "s3", "sts", "iam")}
     tags = {"rlinfra:cluster": cluster_name, "rlinfra:profile": "h100x2", "managed-by": "rlinfra"}
-    common = {"region": REGION, "endpoints": endpoints, "max_retries": 1, "tags": tags}
+    # Retries as the driver allows against an emulator (clouds/aws.py), plus one: a connection
+    # the emulator drops mid-read must not fail the whole apply.
+    common = {"region": REGION, "endpoints": endpoints, "max_retries": 3, "tags": tags}
     cluster = Terraform(render_root(tmp, "cluster"), env)
     storage = Terraform(render_root(tmp, "storage"), env)
     (storage.workdir / "terraform.tfvars.json").write_text(
