@@ -1,22 +1,24 @@
-"""Shared fixtures: an isolated RLINFRA_HOME, and the CLI run in-process."""
+"""Fixtures of every layer: an isolated RLINFRA_HOME, the CLI run in-process, the API emulators
+(one of each per test process, shared by every file that needs it), and the rule that a green
+run in CI skipped nothing but the GPU-only tests.
+
+Shared code lives in tests/helpers (imported as ``helpers``); each layer's conftest.py holds
+that layer's fixtures; no test module imports another.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers.cli import CliRunner, run_in_process
+from helpers.emulators import AwsEmulator, aws_emulator, aws_emulator_missing, gcs_emulator
 
 
 @pytest.fixture
@@ -30,39 +32,41 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    from rlinfra import cli as cli_module
-
-    def run(*argv: str) -> CliResult:
-        monkeypatch.setattr(sys, "argv", ["rlinfra", *argv])
-        capsys.readouterr()
-        try:
-            cli_module.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        captured = capsys.readouterr()
-        return CliResult(code, captured.out, captured.err)
-
-    yield run
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    """``cli("validate", "-p", path)`` runs rlinfra in this process: a CliResult."""
+    return lambda *argv: run_in_process(capsys, monkeypatch, *argv)
 
 
-def files_under(folder: Path) -> list[str]:
-    if not folder.exists():
-        return []
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+@pytest.fixture(scope="session")
+def aws_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsEmulator]:
+    """The AWS API emulator (moto on loopback) of this test process. Tests name what they make
+    uniquely and leave the server's settings as they found them."""
+    missing = aws_emulator_missing()
+    if missing:
+        pytest.skip(missing)
+    with aws_emulator(tmp_path_factory.mktemp("aws-emulator")) as emulator:
+        yield emulator
 
 
-def is_root() -> bool:
-    return os.geteuid() == 0
+@pytest.fixture(scope="session")
+def storage_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The GCS JSON API emulator (in memory, on loopback) of this test process: its URL."""
+    with gcs_emulator(tmp_path_factory.mktemp("gcs-emulator")) as url:
+        yield url
+
+
+# ---- each test process its own temporary root -------------------------------------------------
+# pytest numbers its default roots per user (/tmp/pytest-of-root/pytest-N) and removes old ones
+# at start: two processes at once would share the numbering and remove each other's folders.
+_own_basetemp: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _own_basetemp
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        _own_basetemp = Path(tempfile.mkdtemp(prefix="rlinfra-pytest-"))
+        config.option.basetemp = str(_own_basetemp)
 
 
 # ---- no silent skips in CI -----------------------------------------------------------------
@@ -84,62 +88,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n  ".join(_unexpected_skips)
         sys.stderr.write(f"\nRLINFRA_FORBID_SKIPS: tests skipped that must run here:\n  {lines}\n")
         session.exitstatus = 1
-
-
-# ---- gcp-storage-emulator (the GCP bucket tests: unit and Ansible) ----------------------
-
-
-def find_emulator() -> str | None:
-    configured = os.environ.get("RLINFRA_GCS_EMULATOR")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    beside = Path(sys.executable).with_name("gcp-storage-emulator")
-    if beside.exists():
-        return str(beside)
-    return shutil.which("gcp-storage-emulator")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def storage_emulator(tmp_path: Path) -> Iterator[str]:
-    """gcp-storage-emulator on a free loopback port (in memory), stopped by pid at the end."""
-    executable = find_emulator()
-    if executable is None:
-        pytest.skip(
-            "gcp-storage-emulator not found: set RLINFRA_GCS_EMULATOR to its executable "
-            "(pip install gcp-storage-emulator into a venv of its own; it needs google-crc32c)"
-        )
-    port = free_port()
-    log = (tmp_path / "emulator.log").open("w")
-    process = subprocess.Popen(
-        [executable, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/", timeout=2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError((tmp_path / "emulator.log").read_text()) from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        log.close()
+    # A passing run's temporary root goes; a failing one's stays for a look.
+    if _own_basetemp is not None:
+        if session.exitstatus == 0:
+            shutil.rmtree(_own_basetemp, ignore_errors=True)
+        else:
+            sys.stderr.write(f"\ntemporary files of this run: {_own_basetemp}\n")

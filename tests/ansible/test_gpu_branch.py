@@ -28,7 +28,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from ansible_harness import ANSIBLE, UV_CACHE, VENV_BIN, build_wheelhouse, run_playbook
+
+from helpers.ansible import ANSIBLE, UV_CACHE, VENV_BIN, build_wheelhouse, run_playbook
+from helpers.locks import fill_once
 
 CHECK_CUDA = ANSIBLE / "roles" / "python_env" / "files" / "check_cuda.py"
 ALLREDUCE = ANSIBLE / "roles" / "acceptance" / "files" / "allreduce.py"
@@ -414,21 +416,19 @@ def torch_python() -> str:
     if importlib.util.find_spec("torch") is not None:
         return sys.executable
     python = TORCH_VENV / "bin" / "python"
-    marker = TORCH_VENV / f".{TORCH_PIN}"
-    if not marker.exists():
-        uv = VENV_BIN / "uv"
-        if not uv.exists():
-            pytest.skip("no uv in the dev venv to make a torch venv")
-        try:
-            wheelhouse = build_wheelhouse()
-        except subprocess.CalledProcessError as exc:
-            pytest.skip(f"cannot build the offline wheelhouse: {exc}")
+    uv = VENV_BIN / "uv"
+    if not uv.exists():
+        pytest.skip("no uv in the dev venv to make a torch venv")
+    try:
+        wheelhouse = build_wheelhouse()
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"cannot build the offline wheelhouse: {exc}")
+
+    def install(folder: Path) -> None:
         env = {**os.environ, "UV_CACHE_DIR": str(UV_CACHE), "UV_PYTHON_DOWNLOADS": "never"}
-        shutil.rmtree(TORCH_VENV, ignore_errors=True)
+        shutil.rmtree(folder)  # what a fill cut short left
         subprocess.run(
-            [str(uv), "venv", "-q", "--python", sys.executable, str(TORCH_VENV)],
-            env=env,
-            check=True,
+            [str(uv), "venv", "-q", "--python", sys.executable, str(folder)], env=env, check=True
         )
         subprocess.run(
             [str(uv), "pip", "install", "-q", "--python", str(python), "--no-index",
@@ -437,7 +437,8 @@ def torch_python() -> str:
             check=True,
             timeout=900,
         )  # fmt: skip
-        marker.write_text("")
+
+    fill_once(TORCH_VENV, install, marker=f".{TORCH_PIN}")
     return str(python)
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_harness import ANSIBLE, run_playbook
+
+from helpers.ansible import ANSIBLE, run_playbook
 
 PLAYBOOK = """
 - name: Evaluate node_env's variables

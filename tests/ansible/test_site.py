@@ -12,13 +12,13 @@ import copy
 import hashlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from ansible_harness import (
+
+from helpers.ansible import (
     PACKAGES,
     PYCACHE,
     UV_CACHE,
@@ -28,7 +28,7 @@ from ansible_harness import (
     run_playbook,
     system_python,
 )
-from ansible_testbed import NODE_IFACE, Testbed, missing_requirements, setup, teardown
+from helpers.netbed import NODE_IFACE, Testbed
 
 pytestmark = pytest.mark.slow
 
@@ -67,28 +67,9 @@ def _pids(bed: Testbed, node_index: int, name: str) -> list[int]:
     return status["gcs_servers"]
 
 
-# (The fixtures live here, not in a conftest.py: tests/unit imports helpers with
-# `from conftest import ...`, and every conftest.py registers under that one module name.)
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
     return build_wheelhouse()
-
-
-# Module scope: the hosts and their Ray go when this module's tests end, not at the end of the
-# whole run (they kept a 2-node Ray busy beside every later suite).
-@pytest.fixture(scope="module")
-def testbed() -> Iterator[Testbed]:
-    problems = missing_requirements()
-    if problems:
-        pytest.skip(
-            "the Ansible host tests need a machine that can make network namespaces: "
-            + ", ".join(problems)
-        )
-    bed = setup(2)
-    try:
-        yield bed
-    finally:
-        teardown(bed.root)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_harness import run_playbook
+
+from helpers.ansible import run_playbook
 
 STORAGE_PLAY = """\
 - name: Bring the buckets to the node

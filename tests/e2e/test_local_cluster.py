@@ -13,117 +13,23 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from helpers.cluster import Cluster, cli_env, leftovers, missing_requirements, netns_id
+from helpers.paths import RLINFRA
+
 pytestmark = pytest.mark.e2e
 
-BIN = Path(sys.executable).parent
-RLINFRA = str(BIN / "rlinfra")
-
-
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    for tool in ("terraform", "ssh", "ip", "unshare"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            return f"needs {tool}"
-    if not Path("/usr/sbin/sshd").exists():
-        return "needs sshd (openssh-server)"
-    return None
-
-
-if _missing():
-    pytest.skip(_missing() or "", allow_module_level=True)
-
-
-@dataclass
-class Cluster:
-    name: str
-    home: Path
-    env: dict[str, str]
-
-    @property
-    def folder(self) -> Path:
-        return self.home / "clusters" / self.name
-
-    def run(
-        self, *argv: str, check: bool = True, timeout: float = 900
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [RLINFRA, *argv],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"rlinfra {' '.join(argv)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
-            )
-        return result
-
-    def json(self, *argv: str) -> dict[str, object]:
-        data: dict[str, object] = json.loads(self.run(*argv, "--json").stdout)
-        return data
-
-    def record(self) -> dict[str, object]:
-        data: dict[str, object] = json.loads((self.folder / "record.json").read_text())
-        return data
-
-
-def netns_id(name: str) -> str:
-    return hashlib.sha1(name.encode()).hexdigest()[:8]
-
-
-def leftovers(name: str) -> list[str]:
-    """Namespaces, links, sshd processes and mounts of a cluster still on the machine."""
-    ident = netns_id(name)
-    found = []
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if f"rl-{ident}-" in line]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [
-        f"link {line.split(':')[1].strip()}"
-        for line in links.splitlines()
-        if f"rlv{ident}" in line or f"rlb-{ident}" in line
-    ]
-    mounts = Path("/proc/mounts").read_text()
-    found += [
-        f"mount {line.split()[1]}"
-        for line in mounts.splitlines()
-        if f"/clusters/{name}/" in line or f"rl-{ident}-" in line
-    ]
-    procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    found += [
-        f"process {line.strip()}"
-        for line in procs.splitlines()
-        if f"/clusters/{name}/" in line and "sshd" in line
-    ]
-    return found
-
-
-def cli_env(home: Path) -> dict[str, str]:
-    """The environment rlinfra runs with in these tests: its own home, a shared package cache."""
-    env = dict(os.environ)
-    env.update(
-        RLINFRA_HOME=str(home),
-        RLINFRA_CACHE=os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"),
-        RLINFRA_QUIET="0",
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("TF_CLI_CONFIG_FILE", None)
-    return env
+if missing_requirements():
+    pytest.skip(missing_requirements() or "", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_local_cluster import Cluster, cli_env, leftovers  # type: ignore[import-not-found]
 
+from helpers.cluster import Cluster, cli_env, leftovers
 from rlinfra_node.retrieval import sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -35,27 +34,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers.cli import cli_env
+from helpers.cluster import missing_requirements
+from helpers.emulators import aws_emulator
+from helpers.netbed import claim_subnet
+from helpers.paths import REPO, RLINFRA
+from helpers.terraform import mirror_env
+
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-RLINFRA = str(BIN / "rlinfra")
 HOST_SH = REPO / "terraform" / "modules" / "local_cluster" / "scripts" / "host.sh"
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    for tool in ("terraform", "ssh", "ssh-keygen", "ip", "unshare"):
-        if shutil.which(tool) is None:
-            return f"needs {tool}"
-    if not Path("/usr/sbin/sshd").exists():
-        return "needs sshd (openssh-server)"
-    return None
-
-
-if _missing():
-    pytest.skip(_missing() or "", allow_module_level=True)
+if missing_requirements("ssh-keygen"):
+    pytest.skip(missing_requirements("ssh-keygen") or "", allow_module_level=True)
 
 
 @dataclass
@@ -183,15 +175,6 @@ def _host_sh(command: str, env: dict[str, str]) -> None:
     assert done.returncode == 0, (command, done.stdout, done.stderr)
 
 
-def _free_subnet() -> int:
-    routes = subprocess.run(["ip", "-o", "-4", "route"], capture_output=True, text=True).stdout
-    used = {int(m) for m in re.findall(r"\b10\.213\.(\d+)\.", routes)}
-    for third in range(255, 239, -1):
-        if third not in used:
-            return third
-    pytest.skip("no free test subnet in 10.213.240-255.0/24")
-
-
 def _leftovers(bed: Bed) -> list[str]:
     found = []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -210,7 +193,8 @@ def _leftovers(bed: Bed) -> list[str]:
 @pytest.fixture(scope="module")
 def bed() -> Iterator[Bed]:
     ident = uuid.uuid4().hex[:6]
-    third = _free_subnet()
+    claim = claim_subnet()
+    third = claim.third
     root = Path(tempfile.mkdtemp(prefix=f"rlinfra-ssh-{ident}-", dir="/var/tmp"))
     key = root / "id_test"
     subprocess.run(
@@ -224,15 +208,8 @@ def bed() -> Iterator[Bed]:
         )
         for i, name in enumerate(("n0", "n1", "bastion", "r0"))
     }
-    env = dict(os.environ)
     home = root / "home"
-    env.update(
-        RLINFRA_HOME=str(home),
-        RLINFRA_CACHE=os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"),
-        RLINFRA_QUIET="0",
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("TF_CLI_CONFIG_FILE", None)
+    env = cli_env(home)
     base = yaml.safe_load((REPO / "profiles" / "local.yaml").read_text())
     mount = str(root / "ckpt")
     bucket = f"rlinfra-ssh-{ident}"
@@ -311,6 +288,7 @@ def bed() -> Iterator[Bed]:
                 },
             )
         _host_sh("bridge-destroy", {"RLINFRA_BRIDGE": bridge})
+        claim.release()
         left = _leftovers(handle)
         if not left:
             shutil.rmtree(root, ignore_errors=True)
@@ -665,14 +643,12 @@ def test_an_s3_bucket_for_existing_hosts_with_a_key_sent_over_ssh(bed: Bed) -> N
     `up` sends the hosts' key over SSH, rclone mounts the bucket with it and a file written on
     the host lands in S3; the key is in no file, state, log or argument; `down` takes the key
     away and keeps the bucket; `down --delete-buckets` deletes it."""
-    sys.path.insert(0, str(REPO / "tests" / "terraform"))
-    from test_aws_modules import MIRROR, emulator
-
     cluster = f"s3-{bed.ident}"
     bucket = f"rlinfra-s3-{bed.ident}"
     mount = bed.root / "s3ckpt"
     gateway = bed.subnet.replace(".0/24", ".1")
-    with emulator(bed.root, host=gateway) as emu:
+    # Its own emulator: the hosts reach it on their bridge, not on loopback.
+    with aws_emulator(bed.root / "aws", host=gateway) as emu:
         env = {
             "RLINFRA_AWS_ENDPOINT_URL": emu.url,
             "AWS_ACCESS_KEY_ID": "testing",
@@ -680,7 +656,7 @@ def test_an_s3_bucket_for_existing_hosts_with_a_key_sent_over_ssh(bed: Bed) -> N
             "AWS_DEFAULT_REGION": "us-east-1",
             "BUCKET_AWS_ACCESS_KEY_ID": KEY_ID,
             "BUCKET_AWS_SECRET_ACCESS_KEY": SECRET,
-            **({"RLINFRA_TF_PLUGIN_MIRROR": str(MIRROR)} if MIRROR else {}),
+            **mirror_env(),
         }
         s3 = emu.client("s3")
         said: list[str] = []

@@ -1,7 +1,8 @@
 """The AWS preflight (rlinfra.clouds.aws_preflight) against an AWS API emulator.
 
-Each test module run starts its own moto server on a free port on 127.0.0.1 and stops it by pid
-at the end. Credentials: moto accepts any key unless its request authentication is switched on
+The emulator is the test process's own (the session fixture `aws_api`, shared with the other AWS
+tests); this module adds an IAM user with keys, and checks that preflight created nothing by
+comparing what the emulator holds before and after its tests. Credentials: moto accepts any key unless its request authentication is switched on
 (`POST /moto-api/reset-auth`); the bad-credentials tests switch it on, so moto checks the keys
 against the IAM users it holds and rejects unknown ones, then switch it off again. What moto cannot
 do, and how it is covered here:
@@ -14,15 +15,8 @@ do, and how it is covered here:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,103 +24,74 @@ from typing import Any
 
 import pytest
 
+from helpers.emulators import REGION, AwsEmulator, free_port
 from rlinfra.clouds import aws_preflight
 from rlinfra.clouds.aws_preflight import AwsTarget, preflight
 from rlinfra.errors import UsageError
 
-MOTO_SERVER = Path(sys.executable).parent / "moto_server"
-REGION = "us-east-1"
-
-pytestmark = pytest.mark.skipif(
-    not MOTO_SERVER.exists(), reason=f"moto_server not found next to {sys.executable}"
-)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 @dataclass
 class Emulator:
-    url: str
+    """The shared emulator, seen with the keys of this module's IAM user."""
+
+    api: AwsEmulator
     keys: dict[str, str]
+    before: dict[str, Any]
+
+    @property
+    def url(self) -> str:
+        return self.api.url
 
     def session(self, key_id: str | None = None, secret: str | None = None) -> Any:
-        import boto3
-
-        return boto3.Session(
-            aws_access_key_id=key_id or self.keys["AccessKeyId"],
-            aws_secret_access_key=secret or self.keys["SecretAccessKey"],
-            region_name=REGION,
+        return self.api.session(
+            key_id or self.keys["AccessKeyId"], secret or self.keys["SecretAccessKey"]
         )
 
     def client(self, service: str) -> Any:
         return self.session().client(service, endpoint_url=self.url)
 
     def require_authentication(self, on: bool) -> None:
-        """moto checks request signatures against its IAM users once this is on."""
-        request = urllib.request.Request(
-            f"{self.url}/moto-api/reset-auth",
-            data=b"0" if on else b"inf",
-            method="POST",
-            headers={"Content-Type": "text/plain"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
+        self.api.require_authentication(on)
+
+
+def holdings(api: AwsEmulator) -> dict[str, Any]:
+    """What preflight must never make: instances, key pairs, VPCs, buckets."""
+    ec2, s3 = api.client("ec2"), api.client("s3")
+    return {
+        "instances": sorted(
+            i["InstanceId"]
+            for r in ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+        ),
+        "key_pairs": sorted(k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]),
+        "vpcs": sorted((v["VpcId"], v["IsDefault"]) for v in ec2.describe_vpcs()["Vpcs"]),
+        "buckets": sorted(b["Name"] for b in s3.list_buckets()["Buckets"]),
+    }
 
 
 @pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    import boto3
-
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(MOTO_SERVER), "-p", str(port), "-H", "127.0.0.1"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+def emu(aws_api: AwsEmulator) -> Iterator[Emulator]:
+    # An IAM user with keys, made while moto still accepts anyone.
+    iam = aws_api.client("iam")
+    iam.create_user(UserName="rlinfra-preflight")
+    iam.put_user_policy(
+        UserName="rlinfra-preflight",
+        PolicyName="all",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+            }
+        ),
+    )
+    keys = iam.create_access_key(UserName="rlinfra-preflight")["AccessKey"]
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"moto_server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        url = f"http://127.0.0.1:{port}"
-        # An IAM user with keys, made while moto still accepts anyone.
-        iam = boto3.Session(
-            aws_access_key_id="setup", aws_secret_access_key="setup", region_name=REGION
-        ).client("iam", endpoint_url=url)
-        iam.create_user(UserName="rlinfra-preflight")
-        iam.put_user_policy(
-            UserName="rlinfra-preflight",
-            PolicyName="all",
-            PolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
-                }
-            ),
-        )
-        keys = iam.create_access_key(UserName="rlinfra-preflight")["AccessKey"]
-        yield Emulator(url, keys)
+        yield Emulator(aws_api, keys, holdings(aws_api))
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        aws_api.require_authentication(False)
+        iam.delete_access_key(UserName="rlinfra-preflight", AccessKeyId=keys["AccessKeyId"])
+        iam.delete_user_policy(UserName="rlinfra-preflight", PolicyName="all")
+        iam.delete_user(UserName="rlinfra-preflight")
 
 
 def target(**overrides: Any) -> AwsTarget:
@@ -364,8 +329,4 @@ def test_existing_bucket_of_this_account_passes_and_another_region_warns(emu: Em
 
 
 def test_preflight_created_nothing(emu: Emulator) -> None:
-    ec2, s3 = emu.client("ec2"), emu.client("s3")
-    assert ec2.describe_instances()["Reservations"] == []
-    assert ec2.describe_key_pairs()["KeyPairs"] == []
-    assert [v["IsDefault"] for v in ec2.describe_vpcs()["Vpcs"]] == [True]
-    assert s3.list_buckets()["Buckets"] == []
+    assert holdings(emu.api) == emu.before

@@ -24,20 +24,10 @@ the modules as they are. What runs here instead, each test named "static":
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import difflib
-import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tarfile
-import tempfile
-import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,21 +35,13 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-MODULES = REPO / "terraform" / "modules"
+from helpers.hcl import is_block_list, labelled, parse_file, parse_hcl, pure_locals, unquote
+from helpers.paths import MODULES, REPO
+from helpers.provider_schema import PROVIDER_VERSION, schema_errors
+from helpers.terraform import find_checkov, needs_terraform, run, terraform_in
+
 GCP_MODULES = ("gcp_network", "gcp_cluster", "gcp_bucket")
 CATALOG = REPO / "driver" / "rlinfra" / "data" / "gcp_catalog.yaml"
-
-# The provider schema the modules are checked against, and where it comes from.
-PROVIDER_VERSION = "6.50.0"
-NPM_PACKAGE = "@cdktf/provider-google"
-NPM_VERSION = "16.12.1"
-NPM_TARBALL_URL = "https://registry.npmjs.org/@cdktf/provider-google/-/provider-google-16.12.1.tgz"
-# dist.integrity of @cdktf/provider-google@16.12.1 as the npm registry publishes it.
-NPM_TARBALL_SHA512 = (
-    "KqNA/5RiFT07r0PSZ6/07cJ2zESUgbj1JchVj21iBFBZVUbD+578xA/k8eq/r0cbyEgLmg9eYWeVslaYah4DCQ=="
-)
-SCHEMA_FORMAT = 1  # bump when the reduced schema's shape changes
 
 GPU_IMAGE = (
     "projects/ubuntu-os-accelerator-images/global/images/family/"
@@ -71,21 +53,9 @@ SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3RrZXl0ZXN0a2V5dGVzdGtleXRlc
 NODE_SA = "c1-nodes@rl-test-project.iam.gserviceaccount.com"
 
 
-def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    kwargs.setdefault("capture_output", True)
-    kwargs.setdefault("text", True)
-    kwargs.setdefault("timeout", 600)
-    return subprocess.run(argv, **kwargs)
-
-
 def module_files(*, examples: bool = True) -> list[Path]:
     files = sorted(p for name in GCP_MODULES for p in (MODULES / name).rglob("*.tf"))
     return [p for p in files if examples or "examples" not in p.parts]
-
-
-needs_terraform = pytest.mark.skipif(
-    shutil.which("terraform") is None, reason="terraform is not on PATH"
-)
 
 
 # --- fmt, parsing, layout ----------------------------------------------------------------------------
@@ -96,47 +66,6 @@ def test_static_fmt_check_of_gcp_modules() -> None:
     paths = [str(MODULES / name) for name in GCP_MODULES]
     result = run(["terraform", "fmt", "-check", "-recursive", "-diff", *paths])
     assert result.returncode == 0, f"terraform fmt -check found changes:\n{result.stdout}"
-
-
-def parse_hcl(text: str) -> dict[str, Any]:
-    import hcl2
-
-    parsed: dict[str, Any] = hcl2.loads(text)
-    return parsed
-
-
-def parse_file(path: Path) -> dict[str, Any]:
-    return parse_hcl(path.read_text())
-
-
-def unquote(label: str) -> str:
-    """python-hcl2 (7+) keeps block labels quoted: '"this"' -> 'this'."""
-    return label[1:-1] if len(label) >= 2 and label[0] == label[-1] == '"' else label
-
-
-def labelled(parsed: dict[str, Any], kind: str) -> Iterator[tuple[list[str], dict[str, Any]]]:
-    """(labels, body) of each top-level block of one kind (resource, data, variable, ...)."""
-    for entry in parsed.get(kind, []):
-        yield from _labelled(entry, [])
-
-
-def _labelled(
-    node: dict[str, Any], labels: list[str]
-) -> Iterator[tuple[list[str], dict[str, Any]]]:
-    if node.get("__is_block__"):
-        yield labels, node
-        return
-    for key, value in node.items():
-        if isinstance(value, dict):
-            yield from _labelled(value, [*labels, unquote(key)])
-
-
-def is_block_list(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(item, dict) and item.get("__is_block__") for item in value)
-    )
 
 
 def test_static_hcl_of_gcp_modules_parses_with_block_markers() -> None:
@@ -183,41 +112,6 @@ def test_static_module_layout_documented_variables_and_version_pin(module: str) 
 # --- variables and locals, evaluated by Terraform without any provider --------------------------------
 
 
-def terraform_env(tmp: Path) -> dict[str, str]:
-    """No TF_* settings of the machine's (TF_CLI_CONFIG_FILE may name a missing file); an empty
-    CLI config: these roots install no provider, so nothing is downloaded."""
-    cli_config = tmp / "terraformrc"
-    cli_config.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_")}
-    env.update(
-        TF_CLI_CONFIG_FILE=str(cli_config),
-        TF_IN_AUTOMATION="1",
-        TF_INPUT="0",
-        CHECKPOINT_DISABLE="1",
-    )
-    return env
-
-
-PROVIDER_FREE = re.compile(r"(?<![\w.])(data\.google_|google_[a-z0-9_]+\.)")
-
-
-def pure_locals(main_tf: str) -> list[str]:
-    """The top-level `locals { }` blocks of a main.tf that read no resource or data source
-    (terraform fmt puts a top-level block's closing brace alone at column 0)."""
-    blocks, current = [], None
-    for line in main_tf.splitlines():
-        if current is None and line == "locals {":
-            current = [line]
-        elif current is not None:
-            current.append(line)
-            if line == "}":
-                block = "\n".join(current)
-                if not PROVIDER_FREE.search(block):
-                    blocks.append(block)
-                current = None
-    return blocks
-
-
 def variables_module(target: Path, module: str) -> None:
     """A provider-free copy of a module: its variables.tf as is, its provider-free locals, and one
     output per local."""
@@ -248,23 +142,19 @@ def scratch_root(folder: Path, calls: dict[str, tuple[str, dict[str, Any]]]) -> 
     return folder
 
 
-def terraform(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run(["terraform", *args, "-no-color"], cwd=folder, env=terraform_env(folder))
-
-
 def apply_outputs(folder: Path) -> dict[str, Any]:
     for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
-        result = terraform(folder, *args)
+        result = terraform_in(folder, *args)
         assert result.returncode == 0, f"terraform {args[0]}:\n{result.stdout}\n{result.stderr}"
-    raw = json.loads(terraform(folder, "output", "-json").stdout)
+    raw = json.loads(terraform_in(folder, "output", "-json").stdout)
     return {name: value["value"] for name, value in raw.items()}
 
 
 def plan(folder: Path) -> tuple[int, str]:
     """Exit status and diagnostics of a plan, whitespace folded (Terraform may wrap messages)."""
-    init = terraform(folder, "init", "-input=false")
+    init = terraform_in(folder, "init", "-input=false")
     assert init.returncode == 0, init.stderr
-    result = terraform(folder, "plan", "-input=false")
+    result = terraform_in(folder, "plan", "-input=false")
     return result.returncode, " ".join((result.stdout + result.stderr).split())
 
 
@@ -686,19 +576,6 @@ def test_static_world_open_ray_ports_need_allow_public(evaluated: dict[str, Any]
 # --- checkov ---------------------------------------------------------------------------------------------
 
 
-def find_checkov() -> str | None:
-    override = os.environ.get("RLINFRA_CHECKOV")
-    if override:
-        return override if Path(override).exists() else None
-    for candidate in (
-        REPO / ".venv-checkov" / "bin" / "checkov",  # the Makefile's CHECKOV_VENV
-        Path(sys.executable).parent / "checkov",
-    ):
-        if candidate.exists() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("checkov")
-
-
 # Checks that must run (and pass) on these modules: the security properties they exist for.
 CHECKOV_MUST_PASS = {
     "CKV_GCP_2",  # no SSH from 0.0.0.0/0
@@ -755,348 +632,6 @@ def test_static_checkov_scan_of_gcp_modules_passes(tmp_path: Path) -> None:
 
 
 # --- the Google provider's schema ---------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    base = Path(os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"))
-    return base / f"cdktf-provider-google-{NPM_VERSION}"
-
-
-def sha512_b64(path: Path) -> str:
-    digest = hashlib.sha512()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return base64.b64encode(digest.digest()).decode()
-
-
-def fetch_tarball(folder: Path) -> tuple[Path | None, list[str]]:
-    """The package tarball in the cache: `npm pack` when npm is on PATH, else the registry's
-    tarball URL with urllib. Returns (path or None, what went wrong)."""
-    tarball = folder / f"cdktf-provider-google-{NPM_VERSION}.tgz"
-    if tarball.exists() and sha512_b64(tarball) == NPM_TARBALL_SHA512:
-        return tarball, []
-    folder.mkdir(parents=True, exist_ok=True)
-    problems: list[str] = []
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        download = Path(tmp) / "package.tgz"
-        npm = shutil.which("npm")
-        if npm:
-            env = {
-                **os.environ,
-                "npm_config_cache": str(Path(tmp) / "npm-cache"),
-                "npm_config_update_notifier": "false",
-                "npm_config_fund": "false",
-                "npm_config_audit": "false",
-            }
-            result = run(
-                [npm, "pack", f"{NPM_PACKAGE}@{NPM_VERSION}", "--pack-destination", tmp],
-                cwd=tmp,
-                env=env,
-                timeout=600,
-            )
-            packed = sorted(Path(tmp).glob("cdktf-provider-google-*.tgz"))
-            if result.returncode == 0 and packed:
-                packed[0].replace(download)
-            else:
-                problems.append(f"npm pack exited {result.returncode}: {result.stderr[-500:]}")
-        if not download.exists():
-            try:
-                with (
-                    urllib.request.urlopen(NPM_TARBALL_URL, timeout=120) as response,
-                    download.open("wb") as out,
-                ):
-                    shutil.copyfileobj(response, out)
-            except OSError as exc:
-                problems.append(f"GET {NPM_TARBALL_URL}: {exc}")
-                return None, problems
-        actual = sha512_b64(download)
-        if actual != NPM_TARBALL_SHA512:
-            pytest.fail(f"{NPM_PACKAGE}@{NPM_VERSION}: sha512 {actual} is not the published one")
-        os.replace(download, tarball)  # atomic: a parallel run sees the old state or this one
-    return tarball, problems
-
-
-def snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-
-
-def hcl_names(prop: dict[str, Any]) -> set[str]:
-    """HCL names of one jsii property. Mostly its camelCase name in snake_case; the registry link
-    in its docs names it exactly where the two differ (e.g. vlan_tag8021q); cdktf renames a few
-    that clash with its own members ("buildAttribute" for build)."""
-    names = {snake(prop["name"])}
-    anchor = re.search(r"#([a-z][a-z0-9_]*) ", prop.get("docs", {}).get("remarks", ""))
-    if anchor:
-        names.add(anchor.group(1))
-    if prop["name"].endswith("Attribute"):
-        names.add(snake(prop["name"][: -len("Attribute")]))
-    return names
-
-
-def provider_fqn(type_ref: dict[str, Any]) -> str | None:
-    """The provider type a property refers to (a struct, list or output reference), if any."""
-    if type_ref.get("fqn", "").startswith(NPM_PACKAGE + "."):
-        return str(type_ref["fqn"])
-    for option in type_ref.get("union", {}).get("types", []):
-        found = provider_fqn(option)
-        if found:
-            return found
-    element = type_ref.get("collection", {}).get("elementtype")
-    return provider_fqn(element) if element else None
-
-
-def reduce_jsii(assembly: dict[str, Any]) -> dict[str, Any]:
-    """A small schema: for each resource, data source and the provider, its writable attributes
-    (required or not) and nested blocks, recursively, and what an expression may read."""
-    types: dict[str, Any] = assembly["types"]
-
-    def block(struct_fqn: str, depth: int = 0) -> dict[str, Any]:
-        attrs: dict[str, bool] = {}
-        blocks: dict[str, Any] = {}
-        for prop in types[struct_fqn].get("properties", []):
-            required = not prop.get("optional", False)
-            nested = provider_fqn(prop["type"])
-            for name in hcl_names(prop):
-                if nested and types.get(nested, {}).get("datatype") and depth < 12:
-                    blocks[name] = {"required": required, "schema": block(nested, depth + 1)}
-                else:
-                    attrs[name] = required
-        return {"attrs": attrs, "blocks": blocks}
-
-    def reads(class_fqn: str, depth: int = 0) -> dict[str, Any]:
-        props = [p for p in types[class_fqn].get("properties", []) if not p.get("static")]
-        own = {p["name"] for p in props}
-        out: dict[str, Any] = {}
-        for prop in props:
-            name = prop["name"]
-            if name == "internalValue" or (name.endswith("Input") and name[:-5] in own):
-                continue
-            target = provider_fqn(prop["type"])
-            if target and target in types and depth < 12:
-                getter = next(
-                    (m for m in types[target].get("methods", []) if m["name"] == "get"), None
-                )
-                if getter:  # a list or map of nested objects: its elements
-                    target = provider_fqn(getter.get("returns", {}).get("type", {}))
-            sub = reads(target, depth + 1) if target in types and depth < 12 else None
-            for hcl in hcl_names(prop):
-                out[hcl] = sub
-        return out
-
-    schema: dict[str, Any] = {
-        "format": SCHEMA_FORMAT,
-        "package": f"{NPM_PACKAGE}@{NPM_VERSION}",
-        "provider_version": None,
-        "resource": {},
-        "data": {},
-        "provider": None,
-    }
-    link = re.compile(
-        r"hashicorp/google/(\d+\.\d+\.\d+)/docs/(resources|data-sources)/\w+ (google_\w+)\}"
-    )
-    for fqn, spec in types.items():
-        base = spec.get("base")
-        if spec.get("kind") != "class":
-            continue
-        if base == "cdktf.TerraformProvider":
-            schema["provider"] = block(fqn + "Config")
-            continue
-        if base not in ("cdktf.TerraformResource", "cdktf.TerraformDataSource"):
-            continue
-        found = link.search(spec.get("docs", {}).get("summary", ""))
-        if not found or fqn + "Config" not in types:
-            continue
-        version, kind, tf_type = found.groups()
-        schema["provider_version"] = version
-        entry = block(fqn + "Config")
-        entry["reads"] = reads(fqn)
-        schema["resource" if kind == "resources" else "data"][tf_type] = entry
-    return schema
-
-
-@pytest.fixture(scope="module")
-def google_schema() -> dict[str, Any]:
-    folder = cache_dir()
-    reduced = folder / f"google-{PROVIDER_VERSION}-schema.json"
-    if reduced.exists():
-        with contextlib.suppress(ValueError):
-            cached: dict[str, Any] = json.loads(reduced.read_text())
-            if cached.get("format") == SCHEMA_FORMAT:
-                return cached
-    tarball, problems = fetch_tarball(folder)
-    if tarball is None:
-        pytest.skip(
-            f"{NPM_PACKAGE}@{NPM_VERSION} could not be fetched (no registry here?): "
-            + "; ".join(problems)
-        )
-    with tarfile.open(tarball, "r:gz") as archive:
-        member = archive.extractfile("package/.jsii")
-        assert member is not None, "package/.jsii is missing from the tarball"
-        assembly = json.load(member)
-    assert assembly["name"] == NPM_PACKAGE and assembly["version"] == NPM_VERSION
-    schema = reduce_jsii(assembly)
-    tmp = reduced.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(schema))
-    os.replace(tmp, reduced)
-    return schema
-
-
-META = {
-    "resource": {
-        "count",
-        "for_each",
-        "depends_on",
-        "provider",
-        "lifecycle",
-        "provisioner",
-        "connection",
-    },
-    "data": {"count", "for_each", "depends_on", "provider", "lifecycle"},
-    "provider": {"alias"},
-}
-
-
-def suggest(name: str, known: Any) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_body(
-    body: dict[str, Any], spec: dict[str, Any], where: str, meta: set[str], errors: list[str]
-) -> None:
-    """Attributes and blocks of one HCL body against one schema block."""
-    attrs, blocks = spec["attrs"], spec["blocks"]
-    seen: set[str] = set()
-    for key, value in body.items():
-        if key.startswith("__") or key in meta:
-            continue
-        if key == "dynamic":
-            for dynamic in value:
-                for label, dyn_body in dynamic.items():
-                    if label.startswith("__"):
-                        continue
-                    name = unquote(label)
-                    if name not in blocks:
-                        errors.append(f"{where}: no block {name!r}{suggest(name, blocks)}")
-                        continue
-                    seen.add(name)
-                    for content in dyn_body.get("content", []):
-                        check_body(
-                            content, blocks[name]["schema"], f"{where}.{name}", set(), errors
-                        )
-            continue
-        if is_block_list(value):
-            if key not in blocks:
-                kind = "an attribute, not a block" if key in attrs else "no such block"
-                errors.append(f"{where}: {key!r} is {kind}{suggest(key, blocks)}")
-                continue
-            seen.add(key)
-            for item in value:
-                check_body(item, blocks[key]["schema"], f"{where}.{key}", set(), errors)
-        elif key in attrs:
-            seen.add(key)
-        elif key in blocks:
-            errors.append(f"{where}: {key!r} is a block: write {key} {{ ... }}")
-        else:
-            known = list(attrs) + list(blocks)
-            errors.append(f"{where}: no attribute {key!r}{suggest(key, known)}")
-    for name, required in attrs.items():
-        if required and name not in seen:
-            errors.append(f"{where}: required attribute {name!r} is missing")
-    for name, block in blocks.items():
-        if block["required"] and name not in seen:
-            errors.append(f"{where}: required block {name!r} is missing")
-
-
-STEP = re.compile(r"\.([a-z_][a-z0-9_]*)|\[[^\[\]]*\]|\.\*")
-DIRECT_REF = re.compile(
-    r"(?<![\w.])(data\.)?(google_[a-z0-9_]+)\.([a-z_][a-z0-9_-]*)"
-    r"((?:\[[^\[\]]*\]|\.[a-z_][a-z0-9_]*|\.\*)*)"
-)
-FOR_BINDING = re.compile(
-    r"\bfor\s+(?:[a-z_]\w*\s*,\s*)?([a-z_]\w*)\s+in\s+(data\.)?(google_[a-z0-9_]+)\.([a-z_][a-z0-9_-]*)\s*:"
-)
-
-
-def strings_in(node: Any) -> Iterator[str]:
-    if isinstance(node, str):
-        yield node
-    elif isinstance(node, dict):
-        for value in node.values():
-            yield from strings_in(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from strings_in(value)
-
-
-def check_path(reads: dict[str, Any] | None, path: str, where: str, errors: list[str]) -> None:
-    """Walk `.attr[0].nested` through what the provider lets an expression read."""
-    current = reads
-    for step in STEP.finditer(path):
-        name = step.group(1)
-        if name is None:  # an index or a splat
-            continue
-        if current is None:  # a primitive, a map or a JSON value: nothing more to check
-            return
-        if name not in current:
-            errors.append(f"{where}: cannot read {name!r}{suggest(name, current)}")
-            return
-        current = current[name]
-
-
-def check_references(
-    parsed: dict[str, Any],
-    declared: set[tuple[str, str, str]],
-    schema: dict[str, Any],
-    where: str,
-    errors: list[str],
-) -> None:
-    for text in strings_in(parsed):
-        found: list[tuple[str, str, str, str]] = []
-        for match in DIRECT_REF.finditer(text):
-            kind = "data" if match.group(1) else "resource"
-            found.append((kind, match.group(2), match.group(3), match.group(4)))
-        for binding in FOR_BINDING.finditer(text):
-            kind = "data" if binding.group(2) else "resource"
-            var = binding.group(1)
-            for use in re.finditer(rf"(?<![\w.]){var}((?:\[[^\[\]]*\]|\.[a-z_][a-z0-9_]*)+)", text):
-                found.append((kind, binding.group(3), binding.group(4), "[0]" + use.group(1)))
-        for kind, tf_type, name, path in found:
-            entry = schema[kind].get(tf_type)
-            label = f"{where}: {'data.' if kind == 'data' else ''}{tf_type}.{name}"
-            if entry is None:
-                errors.append(f"{label}: no {kind} type {tf_type!r}")
-            elif (kind, tf_type, name) not in declared:
-                errors.append(f"{label}: not declared in this module")
-            else:
-                check_path(entry["reads"], path, label, errors)
-
-
-def schema_errors(files: dict[str, str], schema: dict[str, Any]) -> list[str]:
-    """Everything in one module's files ({name: text}) that the provider schema does not have."""
-    errors: list[str] = []
-    parsed = {name: parse_hcl(text) for name, text in files.items()}
-    declared: set[tuple[str, str, str]] = set()
-    for name, tree in parsed.items():
-        for kind in ("resource", "data"):
-            for (tf_type, label), body in labelled(tree, kind):
-                declared.add((kind, tf_type, label))
-                where = f"{name}: {'data.' if kind == 'data' else ''}{tf_type}.{label}"
-                entry = schema[kind].get(tf_type)
-                if entry is None:
-                    known = schema[kind]
-                    errors.append(f"{where}: no {kind} type {tf_type!r}{suggest(tf_type, known)}")
-                    continue
-                check_body(body, entry, where, META[kind], errors)
-        for (provider,), body in labelled(tree, "provider"):
-            if provider == "google":
-                check_body(
-                    body, schema["provider"], f"{name}: provider.google", META["provider"], errors
-                )
-    for name, tree in parsed.items():
-        check_references(tree, declared, schema, name, errors)
-    return errors
 
 
 def module_texts(module: str) -> dict[str, str]:

@@ -25,26 +25,16 @@ from typing import Any
 
 import pytest
 import yaml
-from test_gcp_modules import (
-    MODULES,
-    google_schema,
-    labelled,
-    needs_terraform,
-    parse_file,
-    parse_hcl,
-    pure_locals,
-    run,
-    schema_errors,
-    terraform,
-    unquote,
-)
 
+from helpers.hcl import labelled, parse_file, parse_hcl, pure_locals, unquote
+from helpers.paths import MODULES
+from helpers.provider_schema import schema_errors
+from helpers.terraform import needs_terraform, run
+from helpers.terraform import terraform_in as terraform
 from rlinfra.context import Context, Controller
 from rlinfra.plan import make_plan
 from rlinfra.profile import profile_from_data
 from rlinfra.render import render
-
-__all__ = ["google_schema"]  # the fixture, used by name below
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = "rl-test-project"

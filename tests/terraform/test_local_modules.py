@@ -2,7 +2,7 @@
 
 The cluster tests build real hosts on this machine (a bridge, network namespaces, veth links, an
 sshd per node), so they need root, iproute2 and openssh-server; they skip with the reason
-otherwise. Each run uses its own cluster names and a free /24 in 10.213.0.0/16, talks only to its
+otherwise. Each run uses its own cluster names and a /24 claimed for it (helpers.netbed), talks only to its
 own node addresses, and removes everything it made, also when a test fails.
 """
 
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.netbed import SubnetClaim, claim_subnet
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = REPO / "terraform" / "modules"
@@ -80,20 +82,6 @@ def short_id(cluster_name: str) -> str:
 
 def unique_cluster_name() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
-
-
-def free_subnet() -> str:
-    """A /24 in 10.213.200.0-10.213.254.0 that no interface or route on this machine uses."""
-    used = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    used += subprocess.run(
-        ["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True, check=True
-    ).stdout
-    for third in range(250, 199, -1):
-        if f"10.213.{third}." not in used:
-            return f"10.213.{third}.0/24"
-    raise RuntimeError("no free /24 in 10.213.200.0-10.213.254.0")
 
 
 def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -226,7 +214,7 @@ def example_root(tmp: Path, module: str) -> Terraform:
 class LocalCluster:
     tf: Terraform
     name: str
-    subnet: str
+    claim: SubnetClaim
     node_count: int
     state_dir: Path
     key: Path
@@ -237,6 +225,10 @@ class LocalCluster:
     @property
     def id(self) -> str:
         return short_id(self.name)
+
+    @property
+    def subnet(self) -> str:
+        return self.claim.cidr
 
     def vars(self, **overrides: str) -> list[str]:
         values = {
@@ -335,7 +327,7 @@ def make_cluster(tmp: Path, node_count: int, disk_size: str = "4g") -> LocalClus
     return LocalCluster(
         tf=example_root(tmp, "local_cluster"),
         name=unique_cluster_name(),
-        subnet=free_subnet(),
+        claim=claim_subnet(),
         node_count=node_count,
         state_dir=state_dir,
         key=key,
@@ -381,6 +373,7 @@ def _teardown(clusters: list[LocalCluster]) -> None:
                 failures.append(f"{cluster.name}: terraform destroy failed:\n{result.stderr}")
         finally:
             cluster.force_cleanup()
+            cluster.claim.release()
     if failures:
         pytest.fail("\n".join(failures))
 

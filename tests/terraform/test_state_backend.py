@@ -1,6 +1,6 @@
 """Terraform state in S3 with Terraform's lock file (profile `state: {backend: s3}`), for real:
 the local cloud's storage root (built-in resources only) applied through rlinfra's Terraform
-runner against an AWS API emulator of the test's own; the state object and the lock are read
+runner against the test process's AWS API emulator, in a state bucket of the test's own; the state object and the lock are read
 back with boto3."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_aws_modules import _emulator_skip_reason, emulator
 
+from helpers.emulators import AwsEmulator
 from rlinfra.context import Context, Controller
 from rlinfra.deploy import write_files
 from rlinfra.errors import OperationError
@@ -23,10 +23,10 @@ from rlinfra.runners.terraform import Terraform
 STATE_BUCKET = "rlinfra-tfstate"
 
 
-def s3_plan(cluster: str):  # type: ignore[no-untyped-def]
+def s3_plan(cluster: str, bucket: str = STATE_BUCKET):  # type: ignore[no-untyped-def]
     profile, source = load_profile("local")
     data = profile.model_dump(mode="json")
-    data["state"] = {"backend": "s3", "bucket": STATE_BUCKET, "key_prefix": "teams/rl"}
+    data["state"] = {"backend": "s3", "bucket": bucket, "key_prefix": "teams/rl"}
     return make_plan(profile_from_data(data, source, "local"), source, cluster)
 
 
@@ -50,8 +50,9 @@ def test_state_without_bucket_is_refused() -> None:
         profile_from_data(data, source, "local")
 
 
-@pytest.mark.skipif(_emulator_skip_reason() is not None, reason=_emulator_skip_reason() or "")
-def test_state_and_lock_live_in_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_state_and_lock_live_in_s3(
+    aws_api: AwsEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -60,10 +61,12 @@ def test_state_and_lock_live_in_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     cluster = f"st-{uuid.uuid4().hex[:6]}"
-    with emulator(tmp_path) as emu:
-        s3 = emu.client("s3")
-        s3.create_bucket(Bucket=STATE_BUCKET)
-        plan = s3_plan(cluster)
+    state_bucket = f"{STATE_BUCKET}-{cluster}"
+    emu = aws_api
+    s3 = emu.client("s3")
+    s3.create_bucket(Bucket=state_bucket)
+    try:
+        plan = s3_plan(cluster, state_bucket)
         folder = tmp_path / "deploy"
         ctx = Context(
             deployment_dir=folder,
@@ -82,10 +85,10 @@ def test_state_and_lock_live_in_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         tf.init()
         assert tf.plan() is True
         tf.apply()
-        state = json.loads(s3.get_object(Bucket=STATE_BUCKET, Key=key)["Body"].read())
+        state = json.loads(s3.get_object(Bucket=state_bucket, Key=key)["Body"].read())
         assert {r["type"] for r in state["resources"]} >= {"terraform_data"}
         assert not (tf.root / "terraform.tfstate").exists()
-        listed = [o["Key"] for o in s3.list_objects_v2(Bucket=STATE_BUCKET)["Contents"]]
+        listed = [o["Key"] for o in s3.list_objects_v2(Bucket=state_bucket)["Contents"]]
         assert listed == [key]  # the lock file is gone once the apply ended
         assert (tmp_path / "home" / "buckets" / "rlinfra-local-checkpoints").is_dir()
         assert tf.has_state() is True
@@ -93,10 +96,14 @@ def test_state_and_lock_live_in_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
         # Another run holds the lock: this one refuses to touch the state.
         lock = {"ID": "0f1e", "Operation": "OperationTypeApply", "Who": "ci@runner"}
-        s3.put_object(Bucket=STATE_BUCKET, Key=key + ".tflock", Body=json.dumps(lock).encode())
+        s3.put_object(Bucket=state_bucket, Key=key + ".tflock", Body=json.dumps(lock).encode())
         with pytest.raises(OperationError, match="(?i)lock"):
             tf.plan()
-        s3.delete_object(Bucket=STATE_BUCKET, Key=key + ".tflock")
+        s3.delete_object(Bucket=state_bucket, Key=key + ".tflock")
 
         tf.destroy()
         assert tf.has_state() is False
+    finally:
+        for item in s3.list_objects_v2(Bucket=state_bucket).get("Contents", []):
+            s3.delete_object(Bucket=state_bucket, Key=item["Key"])
+        s3.delete_bucket(Bucket=state_bucket)

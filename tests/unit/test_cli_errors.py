@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, files_under
+from helpers.cli import CliResult, files_under
 
 Cli = Callable[..., CliResult]
 

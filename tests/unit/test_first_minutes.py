@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, files_under
+from helpers.cli import CliResult, files_under
 from rlinfra.profile import known_profiles
 
 Cli = Callable[..., CliResult]

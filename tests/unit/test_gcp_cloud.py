@@ -32,11 +32,12 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 
-from conftest import free_port
+from helpers import contexts
+from helpers.emulators import free_port
 from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import cloud_for
 from rlinfra.clouds.gcp_catalog import Choice, choose, load_catalog, parse_catalog
-from rlinfra.context import Context, Controller
+from rlinfra.context import Context
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.plan import Plan, account_suffix, make_plan, needs_account
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
@@ -53,17 +54,8 @@ GCP = cloud_for("gcp")
 
 
 def fixed_context() -> Context:
-    return Context(
-        deployment_dir=Path("/srv/rlinfra/clusters/h100x8-gcp"),
-        home=Path("/srv/rlinfra"),
-        cache=Path("/srv/rlinfra/cache"),
-        ssh_public_key=KEY,
-        task_id="h100x8-gcp-0123456789ab",
-        controller=Controller(
-            uv_binary="/usr/local/bin/uv",
-            system_python="/usr/bin/python3.11",
-            wheelhouse=None,
-        ),
+    return contexts.fixed_context(
+        "h100x8-gcp", ssh_public_key=KEY, system_python="/usr/bin/python3.11"
     )
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import contexts
 from rlinfra.clouds.local import local_subnet
-from rlinfra.context import Context, Controller
+from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.plan import make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
@@ -22,18 +23,11 @@ UPDATE = os.environ.get("RLINFRA_UPDATE_GOLDEN") == "1"
 
 
 def fixed_context() -> Context:
-    return Context(
-        deployment_dir=Path("/srv/rlinfra/clusters/local"),
-        home=Path("/srv/rlinfra"),
-        cache=Path("/srv/rlinfra/cache"),
-        ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGoldenKeyGoldenKeyGoldenKeyGoldenKey x",
-        task_id="local-0123456789ab",
-        controller=Controller(
-            uv_binary="/usr/local/bin/uv",
-            system_python="/usr/bin/python3.11",
-            wheelhouse="/srv/rlinfra/cache/wheelhouse/cpu-sandbox-000000000000",
-            uv_binary_on_hosts="/srv/rlinfra/cache/bin/uv-000000000000",
-        ),
+    return contexts.fixed_context(
+        "local",
+        system_python="/usr/bin/python3.11",
+        wheelhouse="/srv/rlinfra/cache/wheelhouse/cpu-sandbox-000000000000",
+        uv_on_hosts="/srv/rlinfra/cache/bin/uv-000000000000",
     )
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from helpers.emulators import own_address
 from rlinfra import reach
 from rlinfra.errors import OperationError
 from rlinfra.render import Host
@@ -29,19 +30,6 @@ from rlinfra_node.retrieval import serve_app
 from rlinfra_node.retrieval.front import FrontServer
 from rlinfra_node.retrieval.settings import Settings
 from rlinfra_node.retrieval.wire import Server, networks
-
-
-def own_address() -> str:
-    """This machine's address on its default route (not loopback), or skip."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.123", 9))
-        except OSError:
-            pytest.skip("no non-loopback IPv4 route on this machine")
-        address = str(probe.getsockname()[0])
-    if address.startswith("127."):
-        pytest.skip("no non-loopback IPv4 address on this machine")
-    return address
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from helpers.emulators import own_address
 from rlinfra_node.retrieval import wire
 from rlinfra_node.retrieval.front import Backends, Front
 from rlinfra_node.retrieval.wire import LoopThread, Reply, Request, Server
@@ -135,8 +136,6 @@ def test_sockets_being_turned_away_do_not_keep_the_server_full() -> None:
 
 
 def test_a_refused_peer_does_not_take_a_place() -> None:
-    from test_retrieval_allow import own_address
-
     address = own_address()  # a real peer outside the allow list below
     allow = wire.networks(["10.77.0.0/16"])
     with (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workloads import fixed_context
 
+from helpers.contexts import fixed_context
 from rlinfra.errors import ProfileError
 from rlinfra.plan import Plan, make_plan
 from rlinfra.profile import profile_from_data

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ssh_profile import usage_line, write
 
-from conftest import CliResult, files_under
+from helpers.cli import CliResult, files_under, usage_line, write_yaml
 from rlinfra.clouds import ssh as ssh_cloud
 from rlinfra.plan import make_plan
 from rlinfra.profile import profile_from_data
@@ -51,7 +50,7 @@ def test_render_writes_the_aws_storage_root_and_s3_role_settings_without_the_key
     monkeypatch.setenv("BUCKET_AWS_ACCESS_KEY_ID", KEY_ID)
     monkeypatch.setenv("BUCKET_AWS_SECRET_ACCESS_KEY", SECRET)
     out = tmp_path / "review"
-    done = cli("render", "-p", str(write(tmp_path, profile_data(key))), "--out", str(out))
+    done = cli("render", "-p", str(write_yaml(tmp_path, profile_data(key))), "--out", str(out))
     assert done.code == 0, done.err
     root = out / "terraform" / "storage"
     main = (root / "main.tf").read_text()
@@ -128,7 +127,9 @@ def test_bad_bucket_settings_are_one_line_exit_2(
     buckets: dict[str, object],
     fragments: list[str],
 ) -> None:
-    line = usage_line(cli("validate", "-p", str(write(tmp_path, profile_data(key, **buckets)))))
+    line = usage_line(
+        cli("validate", "-p", str(write_yaml(tmp_path, profile_data(key, **buckets))))
+    )
     for fragment in fragments:
         assert fragment in line, (fragment, line)
     assert files_under(home) == []
@@ -139,11 +140,11 @@ def test_a_bucket_without_an_exact_name_is_refused(
 ) -> None:
     data = profile_data(key)
     data["storage"] = [{"prefix": "team-ckpt", "mount_path": "/checkpoints"}]
-    line = usage_line(cli("plan", "-p", str(write(tmp_path, data))))
+    line = usage_line(cli("plan", "-p", str(write_yaml(tmp_path, data))))
     assert "storage[0].bucket: S3 bucket names are global" in line
     assert files_under(home) == []
     # --env CHECKPOINT_BUCKET_NAME names the first one, as its hint says.
-    path = write(tmp_path, data)
+    path = write_yaml(tmp_path, data)
     named = cli("plan", "-p", str(path), "--env", "CHECKPOINT_BUCKET_NAME=team-ckpt-7f3a", "--json")
     assert named.code == 0, named.err
     assert "team-ckpt-7f3a" in named.out
@@ -155,7 +156,7 @@ def test_up_refuses_before_any_host_or_cloud_without_the_hosts_key(
     """192.0.2.10 answers nobody: a refusal that came after SSH would take seconds and say so."""
     monkeypatch.delenv("BUCKET_AWS_ACCESS_KEY_ID", raising=False)
     monkeypatch.setenv("BUCKET_AWS_SECRET_ACCESS_KEY", SECRET)
-    path = write(tmp_path, profile_data(key))
+    path = write_yaml(tmp_path, profile_data(key))
     line = usage_line(cli("up", "-p", str(path), "--yes"))
     assert "ssh.buckets: BUCKET_AWS_ACCESS_KEY_ID not set in this environment" in line
     monkeypatch.setenv("BUCKET_AWS_ACCESS_KEY_ID", KEY_ID)
@@ -172,7 +173,7 @@ def test_local_buckets_still_need_a_shared_filesystem(
 ) -> None:
     data = profile_data(key)
     data["ssh"] = {k: v for k, v in data["ssh"].items() if k != "buckets"}  # type: ignore[union-attr]
-    line = usage_line(cli("validate", "-p", str(write(tmp_path, data))))
+    line = usage_line(cli("validate", "-p", str(write_yaml(tmp_path, data))))
     assert "storage: local buckets (folders of this machine) need" in line
     assert "cloud buckets need ssh.buckets" in line
 

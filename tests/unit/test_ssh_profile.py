@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CliResult, files_under
+from helpers.cli import CliResult, files_under, usage_line, write_yaml
 from rlinfra.clouds import ssh as ssh_cloud
 from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, judge, parse_probe
 from rlinfra.plan import make_plan
@@ -29,19 +29,6 @@ BASE = {
         ],
     },
 }
-
-
-def write(tmp_path: Path, data: dict[str, object]) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def usage_line(result: CliResult) -> str:
-    assert result.code == 2, (result.code, result.out, result.err)
-    lines = [line for line in result.err.splitlines() if line.startswith("Error: ")]
-    assert len(lines) == 1, result.err
-    return lines[0]
 
 
 def test_every_host_is_a_node_head_first_and_named() -> None:
@@ -103,7 +90,7 @@ def test_bad_ssh_profiles_are_one_line_exit_2(
     data = {**BASE, **change}
     if data.get("ssh") is None:
         data.pop("ssh")
-    path = write(tmp_path, data)
+    path = write_yaml(tmp_path, data)
     for command in ("validate", "plan"):
         line = usage_line(cli(command, "-p", str(path)))
         for fragment in fragments:
@@ -115,7 +102,7 @@ def test_plan_shows_the_hosts_without_prices_or_terraform(
     cli: Cli, home: Path, tmp_path: Path
 ) -> None:
     data = {**BASE, "ssh": {**BASE["ssh"], "jump": {"address": "bastion.example", "user": "ops"}}}  # type: ignore[dict-item]
-    path = write(tmp_path, data)
+    path = write_yaml(tmp_path, data)
     shown = cli("plan", "-p", str(path))
     assert shown.code == 0, shown.err
     assert "+ node gpu-a (head, root@192.0.2.10, via ops@bastion.example)" in shown.out
@@ -207,7 +194,9 @@ def test_hosts_come_from_an_ansible_inventory_file(
     else:
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(INVENTORY_YAML, sort_keys=False))
     name = "hosts.ini" if kind == "ini" else "hosts.yml"
-    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": name, "inventory_group": "gpu"}})
+    path = write_yaml(
+        tmp_path, {"cloud": "ssh", "ssh": {"inventory": name, "inventory_group": "gpu"}}
+    )
     summary = json.loads(cli("plan", "-p", str(path), "--json").out)
     assert [n["name"] for n in summary["nodes"]] == ["gpu-a", "p-1", "gpu-c"]
     from rlinfra.profile import load_profile
@@ -234,7 +223,7 @@ def test_hosts_come_from_an_ansible_inventory_file(
         },
     ]
     # Without a group: every host of the file.
-    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": name}})
+    path = write_yaml(tmp_path, {"cloud": "ssh", "ssh": {"inventory": name}})
     summary = json.loads(cli("plan", "-p", str(path), "--json").out)
     assert [n["name"] for n in summary["nodes"]] == ["gpu-a", "p-1", "gpu-c", "db-1"]
     assert files_under(home) == []
@@ -314,7 +303,7 @@ def test_bad_inventories_are_one_line_exit_2(
 ) -> None:
     if inventory is not None:
         (tmp_path / "inv.ini").write_text(inventory)
-    path = write(tmp_path, {"cloud": "ssh", "ssh": {"inventory": "inv.ini", **ssh}})
+    path = write_yaml(tmp_path, {"cloud": "ssh", "ssh": {"inventory": "inv.ini", **ssh}})
     for command in ("validate", "plan"):
         line = usage_line(cli(command, "-p", str(path)))
         for fragment in fragments:
@@ -527,7 +516,7 @@ def _detecting(tmp_path: Path, **resources: object) -> Path:
     data = {**BASE, "ssh": {**BASE["ssh"], "detect_gpus": True}}  # type: ignore[dict-item]
     if resources:
         data["resources"] = resources
-    return write(tmp_path, data)
+    return write_yaml(tmp_path, data)
 
 
 @pytest.mark.parametrize(

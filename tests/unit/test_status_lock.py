@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CliResult
+from helpers.cli import CliResult
 from rlinfra.deploy import Record, Stage, cluster_lock, deployment_dir, lock_holder, write_record
 
 Cli = Callable[..., CliResult]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinfra.context import Context, Controller
+from helpers.contexts import fixed_context
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.plan import Plan, make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
@@ -39,19 +39,6 @@ def plan_of(name: str, overrides: Overrides | None = None) -> Plan:
     profile, source = load_profile(name)
     profile, changes = apply_overrides(profile, overrides or Overrides(), source)
     return make_plan(profile, f"profiles/{name}.yaml", overrides=tuple(changes))
-
-
-def fixed_context() -> Context:
-    return Context(
-        deployment_dir=Path("/srv/rlinfra/clusters/c"),
-        home=Path("/srv/rlinfra"),
-        cache=Path("/srv/rlinfra/cache"),
-        ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGoldenKeyGoldenKeyGoldenKeyGoldenKey x",
-        task_id="c-0123456789ab",
-        controller=Controller(
-            uv_binary="/usr/local/bin/uv", system_python="/usr/bin/python3", wheelhouse=None
-        ),
-    )
 
 
 def items(text: str) -> list[str]:

@@ -2,7 +2,8 @@
 starts its nodes (GPU slots and a ``cpu`` resource), that the runs join.
 
 The venv is built once per machine and lock into ``${RLINFRA_TEST_CACHE:-/var/tmp/rlinfra-test-
-cache}`` (uv, with the wheel folders pip knows: the CPU torch). The Ray node lives in a temporary
+cache}`` (uv, with the wheel folders pip knows: the CPU torch), under a file lock, so two test
+processes build it once. The Ray node lives in a temporary
 folder of its own; its processes are found by that folder and stopped by pid at the end.
 """
 
@@ -18,8 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from verl_harness import RayNode, cache_root, free_port, node_env, stop_ray_node
 
+from helpers.emulators import free_port
+from helpers.locks import fill_once
+from helpers.paths import cache_root
+from helpers.verl import RayNode, node_env, stop_ray_node
 from rlinfra.controller import uv_binary
 from rlinfra.deploy import ensure_ray_token
 from rlinfra.lock import current_lock, discovered_find_links
@@ -36,21 +40,22 @@ def verl_python() -> Path:
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     venv = cache_root() / f"verl-cpu-venv-{digest}"
     python = venv / "bin" / "python"
-    if (venv / ".complete").is_file():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    uv = uv_binary()
-    # uv's cache lives in the test cache too, which .ci/run removes at the end.
-    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
-    env["UV_CACHE_DIR"] = str(cache_root() / "uv-verl")
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], env=env, check=True)
-    argv = [uv, "pip", "install", "-q", "--python", str(python), "--require-hashes", "--no-deps"]
-    argv += ["-r", str(lock)]
-    for folder in discovered_find_links(os.environ):
-        argv += ["--find-links", folder]
-    subprocess.run(argv, env=env, check=True)
-    (venv / ".complete").write_text(lock.name + "\n")
+
+    def install(folder: Path) -> None:
+        uv = uv_binary()
+        # uv's cache lives in the test cache too, which .ci/run removes at the end.
+        env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+        env["UV_CACHE_DIR"] = str(cache_root() / "uv-verl")
+        shutil.rmtree(folder)  # what a fill cut short left
+        argv = [uv, "venv", "-q", "--python", sys.executable, str(folder)]
+        subprocess.run(argv, env=env, check=True)
+        argv = [uv, "pip", "install", "-q", "--python", str(folder / "bin" / "python")]
+        argv += ["--require-hashes", "--no-deps", "-r", str(lock)]
+        for links in discovered_find_links(os.environ):
+            argv += ["--find-links", links]
+        subprocess.run(argv, env=env, check=True)
+
+    fill_once(venv, install)
     return python
 
 

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from verl_harness import NODE_PACKAGE_ROOT, RayNode, node_env
 
+from helpers.verl import NODE_PACKAGE_ROOT, RayNode, node_env
 from rlinfra.workloads.verl_config import check_key, split_hydra_key, verl_config
 from rlinfra_node import rewards
 from rlinfra_node.verl_cpu import (

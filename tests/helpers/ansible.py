@@ -1,4 +1,4 @@
-"""Helpers for the Ansible tests: the offline wheelhouse, the machine's Python, and running a
+"""Ansible in the tests: the offline wheelhouse, the machine's Python, and running a
 playbook with ansible-runner as the driver does."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.locks import fill_once
+from helpers.paths import REPO
+
 ANSIBLE = REPO / "ansible"
 VENV_BIN = Path(sys.executable).parent
 PACKAGES = ["ray[default]==2.60.0", "torch==2.13.0"]
@@ -110,24 +112,13 @@ def run_playbook(
 
 
 def build_wheelhouse() -> Path:
-    """Wheels for PACKAGES, downloaded once (pip takes CPU torch from its local find-links)."""
+    """Wheels for PACKAGES, downloaded once per machine (pip takes CPU torch from its local
+    find-links); a second test process waits for the first one's download."""
     digest = hashlib.sha256(json.dumps(PACKAGES).encode()).hexdigest()[:12]
-    marker = WHEELHOUSE / f".complete-{digest}"
-    if not marker.exists():
-        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "-qq",
-                "--only-binary=:all:",
-                "-d",
-                str(WHEELHOUSE),
-                *PACKAGES,
-            ],
-            check=True,
-        )
-        marker.write_text("\n".join(PACKAGES) + "\n")
+
+    def download(folder: Path) -> None:
+        argv = [sys.executable, "-m", "pip", "download", "-qq", "--only-binary=:all:"]
+        subprocess.run([*argv, "-d", str(folder), *PACKAGES], check=True)
+
+    fill_once(WHEELHOUSE, download, marker=f".complete-{digest}")
     return WHEELHOUSE

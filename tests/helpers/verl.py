@@ -1,4 +1,4 @@
-"""Helpers of the Verl tests: the node programs' environment, and stopping a Ray node by pid."""
+"""The Verl tests' helpers: the node programs' environment, and stopping a Ray node by pid."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO
+
 NODE_PACKAGE_ROOT = REPO / "driver"
 OFFLINE = {
     "HF_HUB_OFFLINE": "1",
@@ -30,21 +30,11 @@ def node_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("RLINFRA_TEST_CACHE", "/var/tmp/rlinfra-test-cache"))
-
-
 @dataclass(frozen=True)
 class RayNode:
     folder: Path
     # What a driver needs to join it: RAY_ADDRESS and the token settings.
     env: dict[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pids_using(folder: Path, port: int) -> list[int]:
