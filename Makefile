@@ -17,7 +17,7 @@ GCS_EMULATOR_VENV ?= .venv-gcs-emulator
 GCS_EMULATOR := $(GCS_EMULATOR_VENV)/bin/gcp-storage-emulator
 export RLINFRA_GCS_EMULATOR := $(abspath $(GCS_EMULATOR))
 
-.PHONY: help deps system-deps venv lock test-latest up down lint test test-unit test-terraform test-ansible test-e2e bench clean
+.PHONY: help deps system-deps venv lock test-latest up down lint check test test-unit test-terraform test-ansible test-verl test-e2e bench clean
 
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -75,17 +75,32 @@ lint: venv ## ruff, mypy, terraform fmt (ansible-lint runs in test-ansible)
 test-unit: venv ## Unit tests: profiles, plan, render (golden files), CLI errors
 	$(PYTEST) tests/unit -q
 
-test-terraform: deps ## Terraform modules: validate, fmt, real applies of the local modules
+test-terraform: deps ## Terraform modules: validate, fmt, real applies of the local modules and AWS (emulated)
 	$(PYTEST) tests/terraform -q
 
 test-ansible: deps ## Ansible roles: lint, real runs against namespaced hosts, idempotence
 	$(PYTEST) tests/ansible -q
 
-test-e2e: deps ## End to end: rlinfra up/status/check/exec/down on 2 local hosts
+test-verl: deps ## Verl's own trainer on CPU, on a local Ray node
+	$(PYTEST) tests/verl -q
+
+test-e2e: deps ## End to end: rlinfra up/status/check/exec/down on local and existing (ssh) hosts
 	$(PYTEST) tests/e2e -q
 
-test: deps lint ## Set up and run every test (the 25 slowest are listed at the end)
-	$(PYTEST) tests -q --durations=25
+# The lane to run after each commit: lint, unit tests, terraform validate / terraform test,
+# ansible-lint (no applies, no hosts, no checkov scans).
+CHECK_TESTS := tests/unit tests/ansible/test_lint.py tests/terraform/test_aws_modules.py \
+	tests/terraform/test_gcp_modules.py tests/terraform/test_gcp_roots.py
+check: venv lint ## After each commit (under 5 minutes): lint, unit tests, terraform validate/test, ansible-lint
+	$(PYTEST) $(CHECK_TESTS) -q -k "not checkov" --durations=10
+
+# `make test` runs two lanes side by side (tools/test_lanes.py), one pytest process each: the
+# first mostly waits on Terraform's provider and the emulators, the second is CPU-bound (hosts,
+# Ray, Verl). Both must pass; the report lists the slowest tests of both.
+LANE_1 ?= tests/unit,tests/terraform
+LANE_2 ?= tests/ansible,tests/verl,tests/e2e
+test: deps lint ## Set up and run every test, in two lanes at once (the 25 slowest are listed at the end)
+	$(BIN)/python tools/test_lanes.py --lane infra=$(LANE_1) --lane hosts=$(LANE_2)
 
 bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/run.py

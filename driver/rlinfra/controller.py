@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -106,6 +107,19 @@ def build_wheelhouse(cache: Path, pins: PinSet, source: str) -> Path:
             raise UsageError(f"software.wheelhouse: {source} is not a folder")
         return folder.resolve()
     folder = wheelhouse_dir(cache, pins)
+    if (folder / ".complete").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Two `up`s on one controller fill one wheelhouse: the second waits for the first's.
+    with (folder.parent / f".{folder.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _fill_wheelhouse(folder, pins)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _fill_wheelhouse(folder: Path, pins: PinSet) -> Path:
     marker = folder / ".complete"
     if marker.is_file():
         return folder

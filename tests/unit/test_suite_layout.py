@@ -4,7 +4,11 @@ conftest.py, and no test module imports another (so a module can move or run alo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from helpers.paths import REPO
 
@@ -51,3 +55,29 @@ def test_each_layer_has_its_conftest_and_helpers_are_not_tests() -> None:
     for layer in ("terraform", "ansible", "verl"):
         assert (TESTS / layer / "conftest.py").is_file(), layer
     assert not list((TESTS / "helpers").glob("test_*.py"))
+
+
+def test_two_processes_claim_different_subnets_and_a_dead_claim_is_free_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two test processes at once never take the same test /24 (helpers.netbed)."""
+    from helpers import netbed
+
+    monkeypatch.setattr(netbed, "CLAIMS", tmp_path / "claims")
+    script = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path\n"
+        "from helpers import netbed\n"
+        "netbed.CLAIMS = Path(sys.argv[2])\n"
+        "print(netbed.claim_subnet().third, flush=True); time.sleep(3)\n"
+    )
+    argv = [sys.executable, "-c", script, str(TESTS), str(tmp_path / "claims")]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    thirds = [int(p.stdout.readline()) for p in procs if p.stdout]
+    for p in procs:
+        p.wait(timeout=30)
+    assert len(set(thirds)) == 2, thirds
+    # Both processes are gone: their claims no longer hold, and this process may take one.
+    mine = netbed.claim_subnet()
+    assert mine.third == max(thirds)  # the first free third, as the first of the two took it
+    mine.release()
+    assert not mine.path.exists()
