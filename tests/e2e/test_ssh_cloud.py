@@ -236,6 +236,16 @@ def bed() -> Iterator[Bed]:
     serving = data["serving"]
     assert isinstance(serving, dict)
     serving["model"]["model_path"] = f"{mount}/hf_model"
+    # One step of the local profile's Verl job, saved and merged: enough to prove that Verl's
+    # ranks are placed on both existing hosts through the bastion and that the merged model is
+    # served; the whole job's run (steps, resume, checkpoint cadence) is the local e2e's.
+    workload = data["workload"]
+    assert isinstance(workload, dict)
+    workload["overrides"] = {
+        **workload["overrides"],
+        "trainer.total_training_steps": 1,
+        "trainer.save_freq": 1,
+    }
     handle = Bed(
         ident, root, home, key, f"10.213.{third}.0/24", bridge, nodes, env, f"ssh-{ident}", data
     )
@@ -407,13 +417,13 @@ def test_preflight_refuses_a_ray_that_rlinfra_did_not_start(bed: Bed) -> None:
     assert _opt(bed) == {"n0": FRESH, "n1": FRESH}
 
 
-# The local profile's data: 36 training rows in batches of 8 (Verl drops the last, short one).
-STEPS_PER_EPOCH = 4
+# The one step the profile above asks for.
+STEPS = 1
 
 
 def test_up_takes_over_then_checks_and_runs_the_job(bed: Bed) -> None:
     """`up --take-over` on the two hosts (head through the bastion): Ansible's roles, Ray, the
-    all-reduce check, then the local profile's Verl job to its end."""
+    all-reduce check, then one step of the local profile's Verl job, saved and merged."""
     started = time.monotonic()
     result = bed.json(
         "up", "-p", str(bed.profile("main")), "-c", bed.cluster, "--yes", "--take-over"
@@ -430,14 +440,15 @@ def test_up_takes_over_then_checks_and_runs_the_job(bed: Bed) -> None:
     assert again["world_size"] == 2
     follow = bed.cli("logs", bed.cluster, "--follow", timeout=1500)
     log = follow.stdout
-    for step in range(1, STEPS_PER_EPOCH + 1):
+    for step in range(1, STEPS + 1):
         assert re.search(rf"step:{step} - ", log), (step, log[-4000:])
     assert "job_runner: merge done" in log, log[-4000:]
     ips = [bed.nodes["n0"].ip, bed.nodes["n1"].ip]
     placed = set(re.findall(r"verl_cpu: rank \d of 2 joined over gloo on node (\S+)", log))
     assert placed >= set(ips), (placed, ips)
     bucket = bed.home / "buckets" / f"rlinfra-ssh-{bed.ident}"
-    assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    assert (bucket / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    assert not re.search(rf"step:{STEPS + 1} - ", log), log[-4000:]
 
 
 def test_exec_reaches_the_head_only_through_the_bastion(bed: Bed) -> None:
