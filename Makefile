@@ -17,7 +17,7 @@ GCS_EMULATOR_VENV ?= .venv-gcs-emulator
 GCS_EMULATOR := $(GCS_EMULATOR_VENV)/bin/gcp-storage-emulator
 export RLINFRA_GCS_EMULATOR := $(abspath $(GCS_EMULATOR))
 
-.PHONY: help deps system-deps venv lock test-latest up down lint check test test-unit test-terraform test-ansible test-verl test-e2e bench clean
+.PHONY: help deps system-deps venv lock test-latest up down lint check bench-suite test test-unit test-terraform test-ansible test-verl test-e2e bench clean
 
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -94,11 +94,13 @@ CHECK_TESTS := tests/unit tests/ansible/test_lint.py tests/terraform/test_aws_mo
 check: venv lint ## After each commit (under 5 minutes): lint, unit tests, terraform validate/test, ansible-lint
 	$(PYTEST) $(CHECK_TESTS) -q -k "not checkov" --durations=10
 
-# `make test` runs two lanes side by side (tools/test_lanes.py), one pytest process each: the
-# first mostly waits on Terraform's provider and the emulators, the second is CPU-bound (hosts,
-# Ray, Verl). Both must pass; the report lists the slowest tests of both.
-LANE_1 ?= tests/unit,tests/terraform
-LANE_2 ?= tests/ansible,tests/verl,tests/e2e
+# `make test` runs two lanes side by side (tools/test_lanes.py), one pytest process each. The
+# first mostly waits on Terraform's provider and the emulators (unit, terraform), then runs the
+# ssh cloud's end-to-end module; the second is CPU-bound from the start (Ansible's hosts, Verl,
+# the local cloud's end-to-end modules). Measured split: bench/results/test_suite.md. Both must
+# pass; the report lists the slowest tests of both.
+LANE_1 ?= tests/unit,tests/terraform,tests/e2e/test_ssh_cloud.py
+LANE_2 ?= tests/ansible,tests/verl,tests/e2e/test_local_cluster.py,tests/e2e/test_retrieval_cluster.py
 test: deps lint ## Set up and run every test, in two lanes at once (the 25 slowest are listed at the end)
 	$(BIN)/python tools/test_lanes.py --lane infra=$(LANE_1) --lane hosts=$(LANE_2)
 
@@ -109,6 +111,9 @@ bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/verl.py
 	$(BIN)/python bench/ssh_up.py
 	$(BIN)/python bench/recovery.py
+
+bench-suite: deps ## The suite's own wall time: `make check` and `make test`, timed (about 30 min)
+	$(BIN)/python bench/test_suite.py run --label now
 
 lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml
 	$(BIN)/python tools/lock_controller.py

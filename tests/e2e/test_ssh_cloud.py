@@ -34,11 +34,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.cli import cli_env
+from helpers.cli import Rlinfra, cli_env
 from helpers.cluster import missing_requirements
 from helpers.emulators import aws_emulator
 from helpers.netbed import claim_subnet
-from helpers.paths import REPO, RLINFRA
+from helpers.paths import REPO
 from helpers.terraform import mirror_env
 
 pytestmark = pytest.mark.e2e
@@ -92,20 +92,9 @@ class Bed:
         timeout: float = 900,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [RLINFRA, *argv],
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
+        return Rlinfra(self.env).run(
+            *argv, check=check, timeout=timeout, env=env, explain=_ansible_tail
         )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"rlinfra {' '.join(argv)} exited {result.returncode}\n{result.stdout}\n"
-                f"{result.stderr}{_ansible_tail(result.stderr)}"
-            )
-        return result
 
     def json(self, *argv: str, env: dict[str, str] | None = None) -> dict[str, object]:
         data: dict[str, object] = json.loads(self.cli(*argv, "--json", env=env).stdout)

@@ -543,7 +543,8 @@ def test_scenario_bucket_is_versioned_encrypted_and_private(scenario: Scenario) 
     ownership = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"]
     assert ownership == [{"ObjectOwnership": "BucketOwnerEnforced"}]
     tags = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=bucket)["TagSet"]}
-    assert tags["rlinfra:cluster"] == scenario.name
+    given = json.loads((scenario.root("storage") / "terraform.tfvars.json").read_text())["tags"]
+    assert given["rlinfra:profile"] and tags.items() >= given.items()
 
 
 def test_scenario_node_role_reaches_only_the_bucket(scenario: Scenario) -> None:
