@@ -121,7 +121,9 @@ def write_markdown(data: dict[str, Any]) -> None:
             out += [f"- {label}: lanes {lanes}"]
         out += ["", f"Ten slowest tests, {label} (measured {run.get('measured', '')}):", ""]
         out += [f"- {seconds:.1f} s {name}" for seconds, name in run.get("slowest", [])]
-    MD.write_text("\n".join(out) + "\n")
+    # Notes written by hand below the figures stay.
+    kept = MD.read_text().partition("\n## Notes")[2] if MD.is_file() else ""
+    MD.write_text("\n".join(out) + "\n" + (f"\n## Notes{kept}" if kept else ""))
 
 
 def main(argv: list[str]) -> int:
