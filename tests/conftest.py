@@ -64,7 +64,7 @@ _own_basetemp: Path | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _own_basetemp
-    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+    if config.option.basetemp is None:
         _own_basetemp = Path(tempfile.mkdtemp(prefix="rlinfra-pytest-"))
         config.option.basetemp = str(_own_basetemp)
 

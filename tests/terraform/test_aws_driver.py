@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.cli import Rlinfra
 from helpers.emulators import DLAMI_NEW, AwsEmulator
 from helpers.paths import PROFILES
 from helpers.terraform import mirror_env, terraform_env
@@ -41,17 +42,7 @@ class Aws:
     profiles: Path
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [RLINFRA, *argv],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            stdin=subprocess.DEVNULL,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"rlinfra {' '.join(argv)}: {result.returncode}\n{result.stderr}")
-        return result
+        return Rlinfra(self.env).run(*argv, check=check)
 
     def boto(self, service: str) -> Any:
         import boto3
