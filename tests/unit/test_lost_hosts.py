@@ -13,7 +13,7 @@ import pytest
 from rlinfra.clouds import local
 from rlinfra.clouds.base import Gone
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.pipeline import _require_replacements
+from rlinfra.ops.roots import require_replacements
 
 STUB = """#!/usr/bin/env bash
 # Answers host.sh's checks from marker files; logs every call with its inputs.
@@ -123,7 +123,7 @@ def test_a_check_that_cannot_run_is_an_error_not_a_lost_host(root: Path) -> None
 
 
 class SavedPlan:
-    """The part of the Terraform runner that _require_replacements reads."""
+    """The part of the Terraform runner that require_replacements reads."""
 
     def __init__(self, root: Path, changes: list[dict[str, Any]]) -> None:
         self.root = root
@@ -150,8 +150,8 @@ def test_a_saved_plan_must_replace_every_host_lost_since(tmp_path: Path) -> None
             change("module.cluster.terraform_data.node[1]", "no-op"),
         ],
     )
-    _require_replacements(plan, [lost(0)])  # it replaces node 0: applied as saved
+    require_replacements(plan, [lost(0)])  # it replaces node 0: applied as saved
     with pytest.raises(UsageError, match=r"node c-1 was lost after the plan was saved \(gone\)"):
-        _require_replacements(plan, [lost(0), lost(1)])
+        require_replacements(plan, [lost(0), lost(1)])
     (tmp_path / "tfplan").unlink()
-    _require_replacements(plan, [lost(1)])  # no saved plan: `up` plans afresh
+    require_replacements(plan, [lost(1)])  # no saved plan: `up` plans afresh

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rlinfra.errors import UsageError
-from rlinfra.pipeline import Request, prepare
+from rlinfra.ops.prepare import Request, prepare
 from rlinfra.plan import make_plan
 from rlinfra.profile import Overrides, profile_from_data
 

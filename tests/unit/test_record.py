@@ -11,7 +11,7 @@ import yaml
 
 from rlinfra.deploy import Record, Stage, read_record, update_record, write_record
 from rlinfra.errors import OperationError
-from rlinfra.pipeline import Request, prepare
+from rlinfra.ops.prepare import Request, prepare
 from rlinfra.profile import Overrides, load_profile
 from rlinfra.render import Host
 

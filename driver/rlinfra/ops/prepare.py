@@ -1,0 +1,240 @@
+"""Load, override, gather the world's facts, plan: what every command starts from.
+
+A request (a profile and the command line's overrides) becomes a plan and the secrets it
+needs; nothing here creates anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rlinfra import ui
+from rlinfra.clouds import cloud_for
+from rlinfra.context import Context, Controller, rlinfra_cache
+from rlinfra.deploy import (
+    Stage,
+    deployment_dir,
+    ensure_ray_token,
+    ensure_ssh_key,
+    known_clusters,
+    new_task_id,
+    read_record,
+)
+from rlinfra.errors import UsageError
+from rlinfra.plan import Plan, make_plan, needs_account
+from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
+from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
+
+
+@dataclass(frozen=True)
+class Request:
+    profile: str
+    cluster: str | None = None
+    overrides: Overrides = field(default_factory=Overrides)
+    # The profile as data (a record's resolved_profile); ``profile`` then only names its source.
+    resolved: dict[str, Any] | None = None
+
+
+def prepare(
+    request: Request,
+    environ: Mapping[str, str],
+    need_secrets: bool = True,
+    account: str | None = None,
+) -> tuple[Plan, dict[str, str]]:
+    """Load, override, validate and plan. Raises UsageError; touches nothing.
+
+    With ``need_secrets`` (``up``, ``run``) every required secret must have a value; without it
+    (``validate``, ``render``, ``plan``) the values found are checked but none is required.
+    Either way a ``--secret`` flag must yield a non-empty value. ``account``: "lookup" asks the
+    cloud for the account id when a default bucket name needs it ("require": `up`, an error
+    when it cannot be had; "lookup": `plan`/`render`, only where credentials are configured).
+    """
+    if request.resolved is not None:
+        # `run`: the profile exactly as `up` resolved it (the record's), not the file today.
+        source = request.profile
+        profile = profile_from_data(request.resolved, source, request.cluster or "cluster")
+    else:
+        profile, source = load_profile(request.profile)
+    profile, changes = apply_overrides(profile, request.overrides, source)
+    plan = make_plan(profile, source, request.cluster, tuple(changes))
+    if account is not None and profile.ssh is not None and profile.ssh.detect_gpus:
+        # `plan`, `render`, `up`: the hosts say what GPUs they have (read-only SSH).
+        from rlinfra.clouds.ssh import with_detected_gpus
+
+        profile, detected = with_detected_gpus(plan)
+        changes.append(detected)
+        plan = make_plan(profile, source, request.cluster, tuple(changes))
+    for name, flag in request.overrides.secrets.items():
+        if flag is not None and flag != "-" and not flag.startswith("@"):
+            ui.warn(LITERAL_SECRET_WARNING.format(name=name))
+    secrets = resolve_secrets(
+        profile, request.overrides.secrets, environ, source, require=need_secrets
+    )
+    # A profile of several clouds is now the chosen cloud's (plan.clouds keeps the others).
+    profile = plan.profile
+    if account in ("lookup", "require") and needs_account(profile):
+        cloud = cloud_for(profile.cloud)
+        if account == "require":
+            # What needs no cloud call is refused first.
+            cloud.check_inputs(plan)
+        account_id = cloud.account_id(environ, required=account == "require")
+        if account_id is not None:
+            others, left_out = plan.clouds, plan.clouds_left_out
+            plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
+            plan = replace(plan, clouds=others, clouds_left_out=left_out)
+    return plan, secrets
+
+
+def env_readers(plan: Plan) -> dict[str, list[str]]:
+    """Each profile env variable: the settings that read it (empty: the node environment only).
+
+    Every variable is also exported to the nodes (``/opt/rlinfra/node.env``); this says which
+    settings of the run it changes as well.
+    """
+    from rlinfra.plan import BUCKET_ENV
+
+    readers: dict[str, list[str]] = {name: [] for name in plan.profile.env}
+    if plan.profile.workload is not None:
+        for name, fields in plan.job.env_readers.items():
+            readers.setdefault(name, []).extend(fields)
+    if BUCKET_ENV in readers and plan.profile.storage:
+        readers[BUCKET_ENV].append("storage bucket names")
+    return readers
+
+
+def landing(readers: list[str]) -> str:
+    if not readers:
+        return "node environment only (no setting reads it)"
+    shown = ", ".join(readers[:4]) + (f" (+{len(readers) - 4} more)" if len(readers) > 4 else "")
+    return f"read by {shown}"
+
+
+def report_overrides(plan: Plan) -> None:
+    readers = env_readers(plan) if any(c.field.startswith("env.") for c in plan.overrides) else {}
+    for change in plan.overrides:
+        where = ""
+        if change.field.startswith("env."):
+            where = "; " + landing(readers.get(change.field.removeprefix("env."), []))
+        ui.info(
+            f"override {change.field}: {change.old} -> {change.new} (from the command line){where}"
+        )
+    if plan.profile.workload is not None:
+        for warning in plan.job.warnings:
+            ui.warn(warning)
+
+
+def report_secrets(plan: Plan, flags: Mapping[str, str | None], environ: Mapping[str, str]) -> None:
+    """Which secrets `up` and `run` will need, and whether each has a value now."""
+    rows = secret_status(plan.profile, flags, environ)
+    if not rows:
+        return
+    parts = []
+    for row in rows:
+        need = "required" if row.required else "optional"
+        state = (
+            "set"
+            if row.available
+            else ("not set: up and run refuse" if row.required else "not set")
+        )
+        parts.append(f"{row.name} ({need}, {state})")
+    ui.info("secrets for up and run: " + ", ".join(parts))
+
+
+def check_collisions(plan: Plan, home: Path) -> None:
+    """Two local clusters must not share a subnet."""
+    if plan.subnet is None:
+        return
+    for other in known_clusters(home):
+        if other == plan.cluster:
+            continue
+        other_record = read_record(deployment_dir(other, home))
+        if (
+            other_record is not None
+            and other_record.subnet == plan.subnet
+            and other_record.stage != Stage.DOWN
+        ):
+            raise UsageError(
+                f"{plan.source}: network.subnet: {plan.subnet} is used by cluster {other!r}",
+                "Set network.subnet to another /24 in 10.213.0.0/16.",
+            )
+
+
+def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
+    from rlinfra.controller import (
+        build_wheelhouse,
+        stage_uv,
+        staged_uv,
+        system_python,
+        uv_binary,
+        wheelhouse_dir,
+    )
+
+    wheelhouse: str | None = None
+    cache = rlinfra_cache(home)
+    source = plan.profile.software.wheelhouse
+    if source == "auto":
+        folder = (
+            build_wheelhouse(cache, plan.pins, source)
+            if build
+            else wheelhouse_dir(cache, plan.pins)
+        )
+        wheelhouse = str(folder)
+    elif source:
+        wheelhouse = str(build_wheelhouse(cache, plan.pins, source))
+    uv = uv_binary()
+    on_hosts: str | None = None
+    if plan.profile.cloud == "local":
+        # Local hosts see the cache: each copies uv from there instead of through SSH.
+        on_hosts = str(stage_uv(cache, uv) if build else staged_uv(cache, uv))
+    return Controller(
+        uv_binary=uv,
+        system_python=system_python(),
+        wheelhouse=wheelhouse,
+        uv_binary_on_hosts=on_hosts,
+        aws_endpoint=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
+        tf_plugin_mirror=os.environ.get("RLINFRA_TF_PLUGIN_MIRROR") or None,
+    )
+
+
+def services(plan: Plan) -> list[dict[str, Any]]:
+    """What the cluster serves on its head node, by port (for `status`)."""
+    serving = plan.profile.serving
+    out: list[dict[str, Any]] = []
+    if serving is not None and serving.model is not None:
+        out.append({"name": "model", "engine": serving.model.engine, "port": serving.model.port})
+    if serving is not None and serving.retrieval is not None:
+        out.append({"name": "retrieval", "engine": "ray-serve", "port": serving.retrieval.port})
+    return out
+
+
+def make_context(
+    plan: Plan, folder: Path, home: Path, build: bool, task_id: str | None = None
+) -> Context:
+    record = read_record(folder)
+    if build:
+        ensure_ray_token(folder)
+    return Context(
+        deployment_dir=folder,
+        home=home,
+        cache=rlinfra_cache(home),
+        ssh_public_key=ensure_ssh_key(folder),
+        task_id=(record.task_id if record else None) or task_id or new_task_id(plan.cluster),
+        controller=controller_facts(plan, home, build),
+    )
+
+
+def paths_context(plan: Plan, folder: Path, home: Path) -> Context:
+    """The deployment's paths alone (no key, no token, nothing built): for checks that come
+    before any change."""
+    return Context(
+        deployment_dir=folder,
+        home=home,
+        cache=rlinfra_cache(home),
+        ssh_public_key="",
+        task_id="",
+        controller=controller_facts(plan, home, build=False),
+    )

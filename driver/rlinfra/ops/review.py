@@ -1,0 +1,135 @@
+"""What a reviewer sees before money is spent: the rendered folder and the Terraform plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlinfra.clouds import cloud_for
+from rlinfra.context import Context, rlinfra_cache, rlinfra_home
+from rlinfra.deploy import (
+    Record,
+    cluster_lock,
+    deployment_dir,
+    read_record,
+    write_files,
+    write_record,
+)
+from rlinfra.errors import UsageError
+from rlinfra.ops.prepare import controller_facts, make_context
+from rlinfra.ops.roots import find_gone, open_root, replacing
+from rlinfra.plan import Plan
+from rlinfra.render import render
+
+REVIEW_KEY = "ssh-ed25519 AAAAREVIEWPLACEHOLDER rlinfra review: `up` makes the key in {path}"
+
+
+def render_to(plan: Plan, out: Path, home: Path | None = None) -> list[str]:
+    """`rlinfra render`: write the deployment's rendered files into ``out``, for review.
+
+    The files name the cluster's own deployment folder (where `up` keeps the key, the token and
+    the state), but nothing is written there, and no secret is written anywhere: the SSH public
+    key is the cluster's when it has one, else a placeholder; there is no private key.
+    """
+    home = home or rlinfra_home()
+    folder = deployment_dir(plan.cluster, home)
+    target = out.resolve()
+    if target == folder.resolve() or folder.resolve() in target.parents:
+        raise UsageError(
+            f"--out {out}: that is the cluster's own deployment folder",
+            "Render into another folder; `up` writes this one.",
+        )
+    pub = folder / "ssh" / "id_ed25519.pub"
+    record = read_record(folder)
+    ctx = Context(
+        deployment_dir=folder,
+        home=home,
+        cache=rlinfra_cache(home),
+        ssh_public_key=(
+            pub.read_text().strip()
+            if pub.is_file()
+            else REVIEW_KEY.format(path=folder / "ssh" / "id_ed25519")
+        ),
+        # A review render has no run yet: the run id is assigned by the first `up`.
+        task_id=(record.task_id if record else None) or f"{plan.cluster}-unassigned",
+        controller=controller_facts(plan, home, build=False),
+    )
+    return write_files(target, render(plan, ctx))
+
+
+def rendered_digest(files: dict[str, str]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
+    return digest.hexdigest()
+
+
+def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
+    """Render, `terraform plan` every root, save the plans and their JSON, and summarize them.
+
+    The saved plans are what `rlinfra up --from-plan` applies, refusing if the rendered
+    configuration changed since.
+    """
+    from rlinfra.audit import prices_of, render_text, summarize
+    from rlinfra.runners.terraform import terraform_binary
+
+    home = rlinfra_home()
+    cloud = cloud_for(plan.cloud)
+    terraform_binary()
+    folder = (out or deployment_dir(plan.cluster, home)).resolve()
+    prices = prices_of(plan.choices)
+    with cluster_lock(folder, "plan"):
+        ctx = make_context(plan, folder, home, build=False)
+        files = render(plan, ctx)
+        write_files(folder, files)
+        record = read_record(folder) or Record(cluster=plan.cluster)
+        write_record(
+            folder,
+            record.with_(
+                cluster=plan.cluster,
+                cloud=plan.cloud,
+                profile=plan.profile.name,
+                source=plan.source,
+                task_id=ctx.task_id,
+                subnet=plan.subnet,
+            ),
+        )
+        roots: dict[str, Any] = {}
+        for root in cloud.roots:
+            if root not in cloud.tfvars(plan, ctx):
+                continue
+            tf = open_root(ctx, root)
+            tf.init()
+            gone = find_gone(cloud, tf, root)
+            replacing(gone)
+            changed = tf.plan(replace=[item.address for item in gone])
+            shown = tf.show_json()
+            (tf.root / "tfplan.json").write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n")
+            summary = summarize(shown, prices)
+            roots[root] = {
+                "changes": changed,
+                "summary": summary.to_json(),
+                "plan_file": str(tf.root / "tfplan"),
+                "text": render_text(summary),
+            }
+        digest = rendered_digest(files)
+        (folder / "plan-digest.txt").write_text(digest + "\n")
+    return {
+        "cluster": plan.cluster,
+        "folder": str(folder),
+        "digest": digest,
+        "candidates": [
+            {
+                "instance_type": c.instance_type,
+                "accelerator": str(c.accelerator or "cpu"),
+                "hourly_usd": c.hourly if c.hourly == c.hourly else None,
+                "chosen": i == 0,
+            }
+            for i, c in enumerate(plan.choices)
+        ],
+        "roots": roots,
+        "hourly_usd": round(sum(r["summary"]["hourly_usd"] or 0.0 for r in roots.values()), 4),
+    }
