@@ -115,7 +115,7 @@ bench: deps ## Benchmarks; figures go to bench/results/
 bench-suite: deps ## The suite's own wall time: `make check` and `make test`, timed (about 30 min)
 	$(BIN)/python bench/test_suite.py run --label now
 
-lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml
+lock: venv ## Refresh the controller's locks (requirements/*.lock) from pyproject.toml; RLINFRA_LOCK_UPGRADE=1 moves every pin to its newest
 	$(BIN)/python tools/lock_controller.py
 
 test-latest: system-deps ## Unit tests on the newest versions pyproject.toml allows (drift, on purpose)

@@ -41,13 +41,23 @@ def uv() -> str:
     return str(found) if found.exists() else "uv"
 
 
-def compile_lock(inputs: list[str], extra_args: list[str], title: str) -> str:
+def compile_lock(
+    inputs: list[str], extra_args: list[str], title: str, previous: Path | None = None
+) -> str:
+    """Resolve ``inputs`` into a hash-pinned lock. Versions in ``previous`` (the lock being
+    refreshed) are kept where they still satisfy the inputs (uv prefers what its output file
+    pins), so adding a dependency does not move the others; RLINFRA_LOCK_UPGRADE=1 moves every
+    requirement to its newest version."""
     import os
 
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     find_links = pip_find_links(os.environ, _pip_config())
     with tempfile.TemporaryDirectory(prefix="rlinfra-lock-") as tmp:
         out = Path(tmp) / "out.txt"
+        if previous is not None and previous.is_file() and not os.environ.get(
+            "RLINFRA_LOCK_UPGRADE"
+        ):
+            out.write_text(previous.read_text())
         argv = [uv(), "pip", "compile", *inputs, *extra_args, "--generate-hashes", "--no-header"]
         argv += ["--no-annotate", "--quiet", "--python-version", version, "-o", str(out)]
         for folder in find_links:
@@ -97,17 +107,25 @@ def main() -> int:
                 ["pyproject.toml", str(build)],
                 ["--extra", "dev"],
                 "rlinfra's controller: its dependencies, the dev extra and the build backend.",
+                folder / "controller.lock",
             )
         )
         checkov = Path(tmp) / "checkov.in"
         checkov.write_text(CHECKOV_PIN + "\n")
         (folder / "checkov.lock").write_text(
-            compile_lock([str(checkov)], [], "checkov, in a venv of its own.")
+            compile_lock(
+                [str(checkov)], [], "checkov, in a venv of its own.", folder / "checkov.lock"
+            )
         )
         emulator = Path(tmp) / "gcs-emulator.in"
         emulator.write_text(GCS_EMULATOR_PIN + "\n")
         (folder / "gcs-emulator.lock").write_text(
-            compile_lock([str(emulator)], [], "gcp-storage-emulator, in a venv of its own.")
+            compile_lock(
+                [str(emulator)],
+                [],
+                "gcp-storage-emulator, in a venv of its own.",
+                folder / "gcs-emulator.lock",
+            )
         )
     (folder / "verl-config.lock").write_text(
         wheel_lock(VERL_CONFIG_PIN, "Verl's packaged config (installed with --no-deps).")
