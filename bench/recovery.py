@@ -7,7 +7,7 @@ CPU mode) trained to its first checkpoints. Each round then starts `rlinfra run 
 few more epochs, waits for the resumed job's first new step, and kills the worker host (its sshd
 is its PID 1: every process of the host goes, as with a preempted machine). Measured, per round:
 from the kill to the first training step of the resubmitted job (the recovery as a user sees it),
-and rlinfra's own split of it (rlinfra.recovery: Terraform, Ansible, of which the Ray join, and
+and rlinfra's own split of it (rlinfra.ops.recovery: Terraform, Ansible, of which the Ray join, and
 Verl's restart), plus the steps lost. Figures go to bench/results/recovery.json and recovery.md.
 Needs root (local hosts).
 """

@@ -194,7 +194,7 @@ class Record(BaseModel):
     ansible_digest: str | None = None
     check: dict[str, Any] | None = None
     jobs: list[dict[str, Any]] = Field(default_factory=list)
-    # Lost-node recoveries of `run --recover` (rlinfra.recovery), oldest first.
+    # Lost-node recoveries of `run --recover` (rlinfra.ops.recovery), oldest first.
     recoveries: list[dict[str, Any]] = Field(default_factory=list)
     created_at: str | None = None
     updated_at: str | None = None

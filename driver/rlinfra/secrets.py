@@ -2,7 +2,7 @@
 
 A value never goes into a rendered file, Terraform's variables or state, a log or a process's
 arguments that rlinfra starts: `up` and `run` hand it to the job on SSH's standard input
-(rlinfra.jobs). This module only finds the values: ``--secret NAME`` (the environment),
+(rlinfra.ops.jobs). This module only finds the values: ``--secret NAME`` (the environment),
 ``NAME=@FILE``, ``NAME=-`` (standard input) or, at a cost that is printed, ``NAME=VALUE``.
 """
 

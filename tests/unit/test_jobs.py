@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlinfra.errors import UsageError
-from rlinfra.jobs import bundle, submission_id
+from rlinfra.ops.jobs import bundle, submission_id
 from rlinfra.plan import make_plan
 from rlinfra.profile import load_profile
 from rlinfra.workloads.spec import job_spec

@@ -1,4 +1,4 @@
-"""rlinfra.recovery's loop, over a scripted cluster: which failures it recovers from, what it
+"""rlinfra.ops.recovery's loop, over a scripted cluster: which failures it recovers from, what it
 records, and when it gives up. The real loop on real hosts is tests/e2e/test_local_cluster.py's
 test_run_recover_replaces_a_killed_worker_host_and_resumes."""
 
@@ -8,7 +8,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from rlinfra.recovery import Healed, Ops, describe, last_step, lost_in_log, run_with_recovery
+from rlinfra.ops.recovery import Healed, Ops, describe, last_step, lost_in_log, run_with_recovery
 
 LOST = "job_runner: node 1 (10.0.0.11) left the Ray cluster; stopping the step\n"
 

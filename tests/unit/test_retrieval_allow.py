@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import pytest
 
 from helpers.emulators import own_address
-from rlinfra import reach
 from rlinfra.errors import OperationError
+from rlinfra.ops import reach
 from rlinfra.render import Host
 from rlinfra_node import search_tool
 from rlinfra_node.retrieval import serve_app

@@ -201,6 +201,8 @@ def test_an_unreachable_service_is_one_line(tmp_path: Path) -> None:
     watch = Watch(tmp_path, "--provider", "gcp", "--endpoint", f"http://127.0.0.1:{port}",
                   "--notice-dir", str(tmp_path / "n"), "--interval", "0.05")  # fmt: skip
     try:
+        # The first failed poll is logged; 20 more polls (0.05 s apart) add no line.
+        watch.wait_for(lambda: "logged once" in watch.text())
         time.sleep(1.0)
         assert watch.stop() == 0
     finally:
@@ -296,7 +298,7 @@ def test_the_trainer_patch_finds_a_due_notice_in_its_folder(
 def test_status_probe_reports_the_notices_the_watcher_wrote(tmp_path: Path) -> None:
     """rlinfra_node.progress, run as `status` runs it on the head (its source on standard input,
     isolated), lists the watcher's notices soonest first and leaves out an earlier run's."""
-    from rlinfra.recovery import describe_notice
+    from rlinfra.ops.recovery import describe_notice
     from rlinfra_node import progress
 
     now = time.time()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlinfra import verify
+from rlinfra.ops import verify
 from rlinfra.render import Host
 from rlinfra_node import verify_node
 

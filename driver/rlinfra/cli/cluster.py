@@ -79,6 +79,7 @@ def up(
     A profile with a workload then gets it submitted as a Ray job (not while one of its jobs
     still runs); follow it with `rlinfra logs CLUSTER --follow`.
     """
+    from rlinfra.clouds import cloud_for
     from rlinfra.ops.prepare import prepare
     from rlinfra.ops.up import up as run_up
 
@@ -89,23 +90,15 @@ def up(
     )
     if the_plan.profile.workload is not None and not infra_only and not no_run:
         the_plan.job.refuse_unset()
+    target = cloud_for(the_plan.cloud)
     if take_over:
-        if the_plan.cloud != "ssh":
-            raise UsageError("--take-over is for cloud ssh (hosts you already have)")
-        from rlinfra.clouds.ssh import with_take_over
-
-        the_plan = with_take_over(the_plan)
-    if the_plan.cloud == "ssh" and not yes:
-        ui.out.print(f"This configures {the_plan.num_nodes} existing host(s) over SSH.")
+        the_plan = target.with_take_over(the_plan)
+    question = target.up_question(the_plan)
+    if question is not None and not yes:
+        ui.out.print(question.notice)
         if not ui.confirm("Proceed?"):
             raise UsageError(
-                "not confirmed; nothing was changed", "Pass --yes to skip the question."
-            )
-    elif the_plan.cloud != "local" and not yes:
-        ui.out.print(f"This creates {the_plan.num_nodes} node(s) on {the_plan.cloud}.")
-        if not ui.confirm("Proceed?"):
-            raise UsageError(
-                "not confirmed; nothing was created", "Pass --yes to skip the question."
+                f"not confirmed; {question.declined}", "Pass --yes to skip the question."
             )
     result = run_up(
         the_plan,
@@ -117,7 +110,9 @@ def up(
     )
     job = None
     if the_plan.profile.workload is not None and not infra_only and not no_run:
-        job = _submit_unless_running(the_plan, secrets)
+        from rlinfra.ops.jobs import submit_unless_running
+
+        job = submit_unless_running(the_plan, secrets)
     if json_out:
         print_json(
             {
@@ -140,23 +135,6 @@ def up(
     if result.check:
         print_check(result.check)
     ui.out.print(f"next: rlinfra status {result.cluster} | rlinfra exec {result.cluster} -- CMD")
-
-
-def _submit_unless_running(the_plan: Any, secrets: dict[str, str]) -> str | None:
-    """Submit the plan's workload, unless a job of this cluster is still pending or running."""
-    from rlinfra import jobs
-
-    spec = the_plan.job
-    for job in jobs.list_jobs(the_plan.cluster):
-        if job["status"] not in jobs.TERMINAL and str(job["submission_id"]).startswith(
-            spec.submission_prefix
-        ):
-            ui.info(f"job {job['submission_id']} is still {job['status']}: not submitting another")
-            return str(job["submission_id"])
-    submitted = jobs.submit(the_plan.cluster, spec, secrets)
-    ui.info(f"submitted job {submitted.submission_id}")
-    ui.info(f"follow it: rlinfra logs {the_plan.cluster} --follow")
-    return submitted.submission_id
 
 
 def print_check(result: dict[str, Any]) -> None:
@@ -266,7 +244,7 @@ def status(
         )
     for job in state.get("jobs") or []:
         ui.out.print(f"  job {job['submission_id']}: {job['status']}")
-    from rlinfra.recovery import describe, describe_notice
+    from rlinfra.ops.recovery import describe, describe_notice
 
     for entry in state.get("recoveries") or []:
         ui.out.print(f"  {describe(entry)}")

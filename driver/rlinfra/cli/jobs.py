@@ -37,8 +37,8 @@ def run(
     the job resumes from the latest checkpoint in the bucket. With --recover, lost nodes are
     replaced and the job resumed until it succeeds; `status` lists every recovery.
     """
-    from rlinfra import jobs
     from rlinfra.deploy import require_cluster
+    from rlinfra.ops import jobs
     from rlinfra.ops.prepare import prepare, report_overrides
 
     _, record = require_cluster(cluster)
@@ -86,63 +86,11 @@ def _run_recovering(
     secrets: dict[str, str],
     json_out: bool,
 ) -> None:
-    """`run --recover`: rlinfra.recovery's loop over this cluster's real operations."""
-    from rlinfra import jobs, recovery
-    from rlinfra.deploy import require_cluster, update_record
-    from rlinfra.ops.prepare import prepare
-    from rlinfra.ops.status import ray_state, training_progress
-    from rlinfra.ops.up import up as run_up
+    """`run --recover`: follow, heal and resubmit (rlinfra.ops.recover), then print the outcome."""
+    from rlinfra.ops import recovery
+    from rlinfra.ops.recover import run_recovering
 
-    folder, _ = require_cluster(cluster)
-
-    def follow(job: str, on_log: Any) -> tuple[str, str]:
-        # The log as follow last read it: no second fetch at the end.
-        seen = [""]
-
-        def keep(text: str) -> None:
-            seen[0] = text
-            on_log(text)
-
-        state = jobs.follow(cluster, job, on_log=keep, to_stderr=json_out)
-        return state, seen[0]
-
-    def missing_nodes() -> list[str]:
-        _, record = require_cluster(cluster)
-        state = ray_state(folder, list(record.hosts), record.dashboard_port)
-        return list(state.get("missing_nodes") or []) if state.get("reachable") else []
-
-    # The heal configures the nodes as the last `up` did: the run's --env is the job's alone.
-    # (With it, every node's contract would change, and a new contract restarts the head's Ray,
-    # and so every node and job of the cluster: seen in the recovery e2e.)
-    heal_request = dataclasses.replace(
-        request, overrides=dataclasses.replace(request.overrides, env={})
-    )
-
-    def heal() -> recovery.Healed:
-        # `up` as it would run by hand, with the account's bucket names resolved.
-        plan_now, _ = prepare(heal_request, os.environ, account="require")
-        result = run_up(plan_now, secrets, run_check=False)
-        return recovery.Healed(result.replaced, result.verify_problems, result.seconds)
-
-    def checkpoint_step() -> int | None:
-        _, record = require_cluster(cluster)
-        step = training_progress(folder, record.hosts[0], [])["checkpoint_step"]
-        return None if step is None else int(step)
-
-    def record(entry: dict[str, Any]) -> None:
-        _, current = require_cluster(cluster)
-        kept = [r for r in current.recoveries if r.get("job") != entry["job"]]
-        update_record(folder, recoveries=[*kept, dict(entry)][-recovery.KEPT :])
-
-    ops = recovery.Ops(
-        submit=lambda: jobs.submit(cluster, spec, secrets).submission_id,
-        follow=follow,
-        missing_nodes=missing_nodes,
-        heal=heal,
-        checkpoint_step=checkpoint_step,
-        record=record,
-    )
-    outcome = recovery.run_with_recovery(ops, the_plan.profile.recovery.max_attempts)
+    outcome = run_recovering(cluster, request, the_plan, spec, secrets, to_stderr=json_out)
     if json_out:
         print_json(
             {
@@ -172,7 +120,7 @@ def logs(
     ] = False,
 ) -> None:
     """Print a job's log (the latest job of the cluster by default)."""
-    from rlinfra import jobs
+    from rlinfra.ops import jobs
 
     job_id = job or jobs.latest_job(cluster)
     if follow:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -171,76 +170,15 @@ def _plan(
     cloud: str | None = None,
 ) -> bool:
     """Print the plan; True when Terraform would change something."""
-    from rlinfra.ops.prepare import env_readers, prepare
-    from rlinfra.ops.review import audit
+    from rlinfra.ops.prepare import prepare
+    from rlinfra.ops.review import audit, plan_summary
 
     destination = out_folder(out)
-    from rlinfra.secrets import secret_status
-
     request = make_request(
         profile, cluster, num_nodes, env, secret, accelerators, allow_cidr, cloud
     )
     the_plan, _ = prepare(request, os.environ, need_secrets=False, account="lookup")
-    readers = env_readers(the_plan)
-    summary: dict[str, Any] = {
-        "cluster": the_plan.cluster,
-        "cloud": the_plan.cloud,
-        "profile": the_plan.profile.name,
-        "nodes": [
-            {
-                "name": n.name,
-                "rank": n.rank,
-                "role": n.role,
-                **({"where": n.where} if n.where else {}),
-            }
-            for n in the_plan.nodes
-        ],
-        "accelerator": str(the_plan.accelerator) if the_plan.accelerator else None,
-        "instance_type": the_plan.instance_type,
-        "candidates": [
-            {
-                "instance_type": c.instance_type,
-                "accelerator": str(c.accelerator) if c.accelerator else None,
-                "hourly_usd": None if math.isnan(c.hourly) else c.hourly,
-                "chosen": i == 0,
-            }
-            for i, c in enumerate(the_plan.choices)
-        ],
-        # A profile of several clouds: every cloud's candidates, the chosen cloud's first.
-        "clouds": [
-            {
-                "cloud": o.cloud,
-                "region": o.region,
-                "instance_type": o.candidate.instance_type,
-                "accelerator": str(o.candidate.accelerator) if o.candidate.accelerator else None,
-                "hourly_usd": None if math.isnan(o.candidate.hourly) else o.candidate.hourly,
-                "chosen": i == 0,
-            }
-            for i, o in enumerate(the_plan.clouds)
-        ],
-        "clouds_left_out": list(the_plan.clouds_left_out),
-        "subnet": the_plan.subnet,
-        "pin_set": the_plan.pins.name,
-        "packages": list(the_plan.pins.packages),
-        "buckets": the_plan.storage_buckets,
-        "ray": the_plan.profile.network.ray.model_dump(),
-        "overrides": [
-            {
-                **o.__dict__,
-                **(
-                    {"read_by": readers.get(o.field.removeprefix("env."), [])}
-                    if o.field.startswith("env.")
-                    else {}
-                ),
-            }
-            for o in the_plan.overrides
-        ],
-        "env": {name: {"read_by": fields} for name, fields in readers.items()},
-        "secrets": [
-            {"name": row.name, "required": row.required, "set": row.available}
-            for row in secret_status(the_plan.profile, request.overrides.secrets, os.environ)
-        ],
-    }
+    summary = plan_summary(the_plan, request.overrides.secrets, os.environ)
     if terraform:
         summary["terraform"] = audit(the_plan, destination)
     changes = terraform and any(r["changes"] for r in summary["terraform"]["roots"].values())

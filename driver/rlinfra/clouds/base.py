@@ -19,7 +19,9 @@ optional (the defaults say "nothing to do" or "not offered")
     removes; a cloud that offers one offers both),
     ``hosts_from_plan`` (machines that exist already: the inventory without a cluster root),
     ``release_lines`` and ``release_hosts`` (`down` of machines that stay: what it stops and
-    removes on them; a cloud that offers one offers both, ``keeps_machines`` says whether).
+    removes on them; a cloud that offers one offers both, ``keeps_machines`` says whether),
+    ``up_question`` (what `up` says before it asks; by default it creates machines),
+    ``with_take_over`` (`up --take-over`: hosts that run something else are taken over).
 
 Every operation but ``preflight``, ``account_id`` and the bucket operations is pure (reads the
 plan and context, calls nothing outside the process).
@@ -77,6 +79,14 @@ class Site:
 
 
 @dataclass(frozen=True)
+class UpQuestion:
+    """`up`'s question before it changes a cloud: what it will do, and what a "no" leaves."""
+
+    notice: str
+    declined: str
+
+
+@dataclass(frozen=True)
 class Gone:
     """A resource of Terraform's state that the world no longer has (Terraform replaces it)."""
 
@@ -91,6 +101,9 @@ class Cloud(ABC):
     name: ClassVar[str]
     # Terraform roots rendered per cluster (in order), each with the modules copied into it.
     roots: ClassVar[Mapping[str, tuple[str, ...]]]
+    # Whether the nodes see this machine's files (rlinfra's cache among them): they then copy
+    # tools from there instead of receiving them over SSH.
+    hosts_see_controller_files: ClassVar[bool] = False
 
     # -- required
 
@@ -170,6 +183,18 @@ class Cloud(ABC):
         """What the nodes need before Ansible configures them that must not pass through
         Ansible (a key sent over SSH); nothing by default."""
         return None
+
+    def up_question(self, plan: Plan) -> UpQuestion | None:
+        """What `up` tells before asking "Proceed?" (unless --yes); None: it does not ask."""
+        return UpQuestion(
+            f"This creates {plan.num_nodes} node(s) on {self.name}.", "nothing was created"
+        )
+
+    def with_take_over(self, plan: Plan) -> Plan:
+        """The plan with hosts that run another cluster taken over (`up --take-over`)."""
+        from rlinfra.errors import UsageError
+
+        raise UsageError("--take-over is for cloud ssh (hosts you already have)")
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         """Object versions (and delete markers) in ``bucket``; 0 when it is gone."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds.base import Cloud, Gone, Site
+from rlinfra.clouds.base import Cloud, Gone, Site, UpQuestion
 from rlinfra.context import Context
 from rlinfra.controller import pycache_dir
 from rlinfra.errors import OperationError, UsageError
@@ -255,6 +255,11 @@ class LocalCloud(Cloud):
     """Hosts in network namespaces on this machine; buckets are folders under rlinfra's home."""
 
     name = "local"
+    hosts_see_controller_files = True
+
+    def up_question(self, plan: Plan) -> UpQuestion | None:
+        return None  # hosts of this machine: nothing to pay for, nothing of the user's touched
+
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:

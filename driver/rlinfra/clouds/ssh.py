@@ -20,7 +20,7 @@ from typing import Any
 
 from rlinfra import layout, ui
 from rlinfra.clouds import local
-from rlinfra.clouds.base import Cloud, Site
+from rlinfra.clouds.base import Cloud, Site, UpQuestion
 from rlinfra.clouds.ssh_hosts import SshHost, SshHosts, SshJump
 from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, probe_host
 from rlinfra.context import Context
@@ -587,6 +587,14 @@ class SshCloud(Cloud):
 
     name = "ssh"
     roots = ROOTS
+
+    def up_question(self, plan: Plan) -> UpQuestion | None:
+        return UpQuestion(
+            f"This configures {plan.num_nodes} existing host(s) over SSH.", "nothing was changed"
+        )
+
+    def with_take_over(self, plan: Plan) -> Plan:
+        return with_take_over(plan)
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
         return site(profile, source, cluster)

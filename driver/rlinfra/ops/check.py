@@ -43,7 +43,7 @@ def stop_remote_checks(folder: Path, hosts: list[Host]) -> list[str]:
     """End a running acceptance check on every node; the nodes where one was running."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlinfra.jobs import NODE_PYTHON
+    from rlinfra.ops.jobs import NODE_PYTHON
     from rlinfra.runners import ssh
 
     command = f"{NODE_PYTHON} {ACCEPTANCE_SCRIPT} --stop --pidfile {ACCEPTANCE_PIDFILE}"
@@ -78,7 +78,7 @@ def is_lost(problem: str) -> bool:
 
 
 def check(cluster: str) -> dict[str, Any]:
-    from rlinfra import verify
+    from rlinfra.ops import verify
 
     folder, record = require_cluster(cluster)
     require_ready(cluster, record)

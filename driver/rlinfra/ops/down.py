@@ -28,7 +28,7 @@ class DownPlan:
     hosts: list[Host]
     buckets: list[str]
     delete_buckets: bool
-    cloud: str = "local"
+    cloud: str
     # Object versions in each bucket that --delete-buckets deletes with it (clouds that count).
     contents: dict[str, int] = field(default_factory=dict)
     # Machines that stay (the ssh cloud): what `down` stops and removes on each, shown first.

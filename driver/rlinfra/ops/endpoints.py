@@ -36,8 +36,8 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
 
 def endpoint_from(cluster: str, port: int, client: str) -> dict[str, Any]:
     """A URL for ``port`` on ``cluster``'s head that works from ``client``'s nodes, checked on
-    ``client``'s head (see ``rlinfra.reach``): what a trainer cluster gives its search tool."""
-    from rlinfra import reach
+    ``client``'s head (see ``rlinfra.ops.reach``): what a trainer cluster gives its search tool."""
+    from rlinfra.ops import reach
 
     _folder, record = require_cluster(cluster)
     require_ready(cluster, record)
@@ -60,7 +60,7 @@ def retrieval_port(record: Record, with_clients: bool = False) -> int | None:
 
 
 def endpoint_url(folder: Path, record: Record, port: int) -> dict[str, Any]:
-    from rlinfra.reach import refuses
+    from rlinfra.ops.reach import refuses
     from rlinfra.runners import ssh
 
     head = record.hosts[0]

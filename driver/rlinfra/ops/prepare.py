@@ -187,8 +187,8 @@ def controller_facts(plan: Plan, home: Path, build: bool) -> Controller:
         wheelhouse = str(build_wheelhouse(cache, plan.pins, source))
     uv = uv_binary()
     on_hosts: str | None = None
-    if plan.profile.cloud == "local":
-        # Local hosts see the cache: each copies uv from there instead of through SSH.
+    if cloud_for(plan.cloud).hosts_see_controller_files:
+        # The hosts see the cache: each copies uv from there instead of through SSH.
         on_hosts = str(stage_uv(cache, uv) if build else staged_uv(cache, uv))
     return Controller(
         uv_binary=uv,

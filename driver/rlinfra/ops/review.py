@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,11 @@ from rlinfra.deploy import (
     write_record,
 )
 from rlinfra.errors import UsageError
-from rlinfra.ops.prepare import controller_facts, make_context
+from rlinfra.ops.prepare import controller_facts, env_readers, make_context
 from rlinfra.ops.roots import find_gone, open_root, replacing
 from rlinfra.plan import Plan
 from rlinfra.render import render
+from rlinfra.secrets import secret_status
 
 REVIEW_KEY = "ssh-ed25519 AAAAREVIEWPLACEHOLDER rlinfra review: `up` makes the key in {path}"
 
@@ -132,4 +135,71 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
         ],
         "roots": roots,
         "hourly_usd": round(sum(r["summary"]["hourly_usd"] or 0.0 for r in roots.values()), 4),
+    }
+
+
+def plan_summary(
+    plan: Plan, secret_flags: Mapping[str, str | None], environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """What `plan` shows (and prints as JSON): the nodes, machines and their prices, buckets,
+    software, overrides, the environment the workload reads, and the secrets' state."""
+    readers = env_readers(plan)
+    return {
+        "cluster": plan.cluster,
+        "cloud": plan.cloud,
+        "profile": plan.profile.name,
+        "nodes": [
+            {
+                "name": n.name,
+                "rank": n.rank,
+                "role": n.role,
+                **({"where": n.where} if n.where else {}),
+            }
+            for n in plan.nodes
+        ],
+        "accelerator": str(plan.accelerator) if plan.accelerator else None,
+        "instance_type": plan.instance_type,
+        "candidates": [
+            {
+                "instance_type": c.instance_type,
+                "accelerator": str(c.accelerator) if c.accelerator else None,
+                "hourly_usd": None if math.isnan(c.hourly) else c.hourly,
+                "chosen": i == 0,
+            }
+            for i, c in enumerate(plan.choices)
+        ],
+        # A profile of several clouds: every cloud's candidates, the chosen cloud's first.
+        "clouds": [
+            {
+                "cloud": o.cloud,
+                "region": o.region,
+                "instance_type": o.candidate.instance_type,
+                "accelerator": str(o.candidate.accelerator) if o.candidate.accelerator else None,
+                "hourly_usd": None if math.isnan(o.candidate.hourly) else o.candidate.hourly,
+                "chosen": i == 0,
+            }
+            for i, o in enumerate(plan.clouds)
+        ],
+        "clouds_left_out": list(plan.clouds_left_out),
+        "subnet": plan.subnet,
+        "pin_set": plan.pins.name,
+        "packages": list(plan.pins.packages),
+        "buckets": plan.storage_buckets,
+        "ray": plan.profile.network.ray.model_dump(),
+        "overrides": [
+            {
+                **o.__dict__,
+                **(
+                    {"read_by": readers.get(o.field.removeprefix("env."), [])}
+                    if o.field.startswith("env.")
+                    else {}
+                ),
+            }
+            for o in plan.overrides
+        ],
+        "env": {name: {"read_by": fields} for name, fields in readers.items()},
+        "secrets": [
+            {"name": row.name, "required": row.required, "set": row.available}
+            for row in secret_status(plan.profile, secret_flags, environ)
+        ],
     }

@@ -50,7 +50,7 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
     if live and hosts and (record.stage in live_stages or stopped):
         out["ray"] = ray_state(folder, hosts, record.dashboard_port)
         if out["ray"].get("reachable") and record.stage == Stage.READY and record.jobs:
-            from rlinfra import jobs
+            from rlinfra.ops import jobs
 
             # A command at work on the cluster (an `up`) may change its stage meanwhile: the
             # jobs are then not readable, and status says so instead of failing.
@@ -70,7 +70,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
     import shlex
 
     import rlinfra_node.progress as probe
-    from rlinfra import jobs
+    from rlinfra.ops import jobs
     from rlinfra.runners import ssh
 
     try:

@@ -93,7 +93,7 @@ class UpResult:
     terraform_changed: bool
     ansible_changed: int
     check: dict[str, Any] | None
-    # "applied": the playbook ran; "verified": skipped, every node checked (rlinfra.verify).
+    # "applied": the playbook ran; "verified": skipped, every node checked (rlinfra.ops.verify).
     configured: str = "applied"
     # What the node check found, when it found something (the playbook then ran).
     verify_problems: list[str] = field(default_factory=list)
@@ -226,7 +226,7 @@ def up(
                 )
             started = time.monotonic()
 
-            from rlinfra import verify
+            from rlinfra.ops import verify
             from rlinfra.runners.ansible import run_playbook
 
             extravars: dict[str, Any] = {"acceptance_enabled": False}

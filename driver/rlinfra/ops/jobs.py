@@ -24,6 +24,7 @@ from typing import Any
 from rlinfra import layout, ui
 from rlinfra.deploy import Record, Stage, require_cluster, update_record
 from rlinfra.errors import OperationError, UsageError
+from rlinfra.plan import Plan
 from rlinfra.render import Host
 from rlinfra.workloads.spec import JobSpec
 
@@ -240,3 +241,18 @@ def follow(
         if deadline is not None and time.monotonic() > deadline:
             raise OperationError(f"job {job_id} still {state} after {timeout_s:.0f} s")
         time.sleep(poll_s)
+
+
+def submit_unless_running(the_plan: Plan, secrets: dict[str, str]) -> str | None:
+    """Submit the plan's workload, unless a job of this cluster is still pending or running."""
+    spec = the_plan.job
+    for job in list_jobs(the_plan.cluster):
+        if job["status"] not in TERMINAL and str(job["submission_id"]).startswith(
+            spec.submission_prefix
+        ):
+            ui.info(f"job {job['submission_id']} is still {job['status']}: not submitting another")
+            return str(job["submission_id"])
+    submitted = submit(the_plan.cluster, spec, secrets)
+    ui.info(f"submitted job {submitted.submission_id}")
+    ui.info(f"follow it: rlinfra logs {the_plan.cluster} --follow")
+    return submitted.submission_id
