@@ -66,7 +66,6 @@ else null.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -84,6 +83,8 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from rlinfra_node import textgen
 
 ACTOR = "rlinfra-model-server"
 NAMESPACE = "rlinfra"
@@ -321,13 +322,10 @@ def _status_or_stop(command: str) -> int:
 
 # What the server reads a model's training step from (see the module docstring).
 STEP_IN_PATH = re.compile(r"global_step_(\d+)")
-DTYPES = ("float32", "bfloat16", "float16", "auto")
 # OpenAI's default max_tokens for /v1/completions; chat defaults to the rest of the context.
 COMPLETION_MAX_TOKENS = 16
 MAX_STOPS = 4
 MAX_BODY_BYTES = 16 * 1024 * 1024
-# The stop-string check decodes this many of the last tokens at each step (the final cut reads all).
-STOP_WINDOW_TOKENS = 64
 # OpenAI request fields whose other values this server cannot honour: refused, never ignored.
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "stream": (None, False),
@@ -524,12 +522,6 @@ def parse_chat(body: Any, model_id: str) -> tuple[tuple[dict[str, str], ...], Sa
     return tuple(parsed), _sampling(body, ("max_completion_tokens", "max_tokens"), None)
 
 
-def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to the first stop string (left out), and whether one was found."""
-    found = [index for index in (text.find(stop) for stop in stops) if index >= 0]
-    return (text[: min(found)], True) if found else (text, False)
-
-
 def _usage(results: Sequence[Generation]) -> dict[str, int]:
     prompt = sum(result.prompt_tokens for result in results)
     completion = sum(result.completion_tokens for result in results)
@@ -579,7 +571,8 @@ def chat_response(model_id: str, result: Generation) -> dict[str, Any]:
 
 
 class Engine:
-    """A causal language model and its tokenizer on the CPU, generating one request at a time.
+    """A causal language model and its tokenizer on the CPU (``textgen.TextGenerator``),
+    generating one request at a time.
 
     Sampling follows the request alone (OpenAI's fields and defaults): the model folder's
     generation_config.json gives only its end-of-sequence tokens.
@@ -588,39 +581,19 @@ class Engine:
     def __init__(self, model: Any, tokenizer: Any) -> None:
         from transformers import GenerationConfig
 
+        self.generator = textgen.TextGenerator(model, tokenizer)
         self.model = model
-        self.tokenizer = tokenizer
-        # Generations, and the tokenizer too: a fast tokenizer used from two threads at once
-        # can fail ("Already borrowed").
-        self.lock = threading.RLock()
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos: list[int] = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        pad = tokenizer.pad_token_id
-        self.pad: int | None = pad if pad is not None else (self.eos[0] if self.eos else None)
-        self.context: int | None = getattr(model.config, "max_position_embeddings", None)
+        self.context = self.generator.context
         model.generation_config = GenerationConfig(
             bos_token_id=model.generation_config.bos_token_id,
-            eos_token_id=self.eos or None,
-            pad_token_id=self.pad,
+            eos_token_id=self.generator.eos or None,
+            pad_token_id=self.generator.pad,
         )
 
     @classmethod
     def load(cls, model_dir: Path, dtype: str = "float32") -> Engine:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging
-
-        logging.disable_progress_bar()  # a log file is no terminal
-        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir,
-            local_files_only=True,
-            dtype="auto" if dtype == "auto" else getattr(torch, dtype),
-        )
-        model.eval()
-        return cls(model, tokenizer)
+        tokenizer = textgen.load_tokenizer(model_dir)
+        return cls(textgen.load_model(model_dir, dtype), tokenizer)
 
     def describe(self) -> str:
         params = sum(p.numel() for p in self.model.parameters())
@@ -629,20 +602,16 @@ class Engine:
         return f"{kind}, {params:,} parameters, {dtype}, context {self.context}"
 
     def encode(self, text: str, *, special: bool = True) -> list[int]:
-        with self.lock:
-            return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+        return self.generator.encode(text, special=special)
 
     def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The token ids of ``messages`` rendered by the tokenizer's chat template."""
-        if not getattr(self.tokenizer, "chat_template", None):
+        if not textgen.has_chat_template(self.generator.tokenizer):
             raise RequestError(
                 "the model's tokenizer has no chat template: use /v1/completions", param="messages"
             )
         try:
-            with self.lock:
-                text = self.tokenizer.apply_chat_template(
-                    list(messages), tokenize=False, add_generation_prompt=True
-                )
+            text = self.generator.render_chat(messages)
         except Exception as exc:  # the template's own errors (jinja2's, raise_exception())
             raise RequestError(
                 f"the chat template refused the messages: {exc}", param="messages"
@@ -667,45 +636,18 @@ class Engine:
         return wanted
 
     def generate(self, prompt_ids: Sequence[int], budget: int, sampling: Sampling) -> Generation:
-        import torch
-        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
-
-        start = len(prompt_ids)
-        tokenizer = self.tokenizer
-        stops = sampling.stop
-
-        class StopOnText(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                tail = input_ids[0, start:][-STOP_WINDOW_TOKENS:]
-                text = tokenizer.decode(tail, skip_special_tokens=True)
-                done = any(stop in text for stop in stops)
-                return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
-
-        options: dict[str, Any] = {"max_new_tokens": budget, "do_sample": sampling.temperature > 0}
-        if sampling.temperature > 0:
-            options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        config = GenerationConfig(**options)
-        input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
-        criteria = StoppingCriteriaList([StopOnText()] if stops else [])
-        # A seed holds for its own request: the generator's state is put back afterwards, so that
-        # requests without one still differ.
-        seeded = sampling.seed is not None
-        rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
-        with self.lock, torch.inference_mode(), rng:
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed)
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                generation_config=config,
-                stopping_criteria=criteria,
-            )
-            new = output[0, start:].tolist()
-            decoded = tokenizer.decode(new, skip_special_tokens=True)
-        text, stopped = cut_at_stop(decoded, stops)
-        ended = bool(new) and new[-1] in self.eos
-        reason = "length" if len(new) >= budget and not (stopped or ended) else "stop"
-        return Generation(text, start, len(new), reason)
+        out = self.generator.generate(
+            prompt_ids,
+            budget,
+            stops=sampling.stop,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+        )
+        # OpenAI's rule: the stop string is left out of the text.
+        done = out.stop is not None or out.ended
+        reason = "length" if len(out.ids) >= budget and not done else "stop"
+        return Generation(out.cut(keep=False), len(prompt_ids), len(out.ids), reason)
 
 
 class App:
@@ -911,7 +853,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--model", type=Path, required=True, help="Hugging Face model folder")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=9090)
-    srv.add_argument("--dtype", choices=DTYPES, default="float32")
+    srv.add_argument("--dtype", choices=textgen.DTYPES, default="float32")
     srv.add_argument("--served-model-name", default=None, help="the model's id (default: DIR)")
     args = parser.parse_args(args_in)
     if args.command == "deploy":

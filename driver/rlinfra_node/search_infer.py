@@ -106,6 +106,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from rlinfra_node import textgen
+
 URL_ENV = "RETRIEVAL_SERVICE_URL"
 CHECKPOINT_ENV = "CHECKPOINT_DIR"
 GOOGLE_ENV = ("GOOGLE_API_KEY", "GOOGLE_CSE_ID")
@@ -139,8 +141,6 @@ RETRIEVAL_TRIES = 3
 RETRY_PAUSE_S = 1.0
 # The retrieval service takes queries of at most 4096 characters; longer ones are cut.
 MAX_QUERY_CHARS = 2048
-# Tokens decoded to look for a stop string after each generated token.
-STOP_WINDOW_TOKENS = 32
 
 
 class SearchInferError(Exception):
@@ -221,20 +221,9 @@ def instruction(question: str) -> str:
 def render_prompt(tokenizer: Any, question: str) -> str:
     """The first prompt: the chat template's rendering of one user message, else plain text."""
     text = instruction(question)
-    if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": text}]
-        return str(
-            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        )
+    if textgen.has_chat_template(tokenizer):
+        return textgen.render_chat(tokenizer, [{"role": "user", "content": text}])
     return text
-
-
-def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to and with its first stop string; whether one was found."""
-    ends = [text.find(stop) + len(stop) for stop in stops if stop in text]
-    if not ends:
-        return text, False
-    return text[: min(ends)], True
 
 
 def _last_between(text: str, opening: str, closing: str) -> str:
@@ -615,53 +604,40 @@ def google_server(port: int, log_path: Path, timeout_s: float) -> Iterator[Shown
 
 
 def _load_tokenizer(model: Path) -> Any:
-    from transformers import AutoTokenizer
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
-        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+        return textgen.load_tokenizer(model)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchInferError(f"--model {model}: no tokenizer could be loaded: {first}") from None
 
 
 class TransformersEngine:
-    """Hugging Face transformers: AutoModelForCausalLM on the GPU if there is one, else the CPU."""
+    """Hugging Face transformers (``textgen.TextGenerator``): AutoModelForCausalLM on the GPU if
+    there is one, else the CPU."""
 
     name = "transformers"
 
     def __init__(self, model: Any, tokenizer: Any, temperature: float, seed: int) -> None:
-        self.model = model
+        self.generator = textgen.TextGenerator(model, tokenizer)
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.seed = seed
-        eos = model.generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        self.eos: list[int] = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        pad = tokenizer.pad_token_id
-        self.pad = pad if pad is not None else (self.eos[0] if self.eos else None)
-        self.context: int | None = getattr(model.config, "max_position_embeddings", None)
         # The chat template writes its own special tokens; plain prompts get the tokenizer's.
-        self.special = not getattr(tokenizer, "chat_template", None)
+        self.special = not textgen.has_chat_template(tokenizer)
 
     @classmethod
     def load(cls, model_dir: Path, temperature: float, seed: int) -> TransformersEngine:
         import torch
-        from transformers import AutoModelForCausalLM
 
         tokenizer = _load_tokenizer(model_dir)
         gpu = torch.cuda.is_available()
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(
-                model_dir, local_files_only=True, dtype="auto" if gpu else torch.float32
+            model = textgen.load_model(
+                model_dir, "auto" if gpu else "float32", "cuda" if gpu else "cpu"
             )
         except (OSError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SearchInferError(f"--model {model_dir}: not a model folder: {first}") from None
-        model.to("cuda" if gpu else "cpu")
-        model.eval()
         torch.manual_seed(seed)
         return cls(model, tokenizer, temperature, seed)
 
@@ -669,48 +645,20 @@ class TransformersEngine:
         return render_prompt(self.tokenizer, question)
 
     def generate(self, text: str, max_new_tokens: int, stops: Sequence[str]) -> Generation:
-        import torch
-        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
-
-        ids = list(self.tokenizer(text, add_special_tokens=self.special)["input_ids"])
+        ids = self.generator.encode(text, special=self.special)
         budget = max_new_tokens
-        if self.context is not None:
-            budget = min(budget, self.context - len(ids))
+        if self.generator.context is not None:
+            budget = min(budget, self.generator.context - len(ids))
         if budget < 1:
             return Generation("", "context")
-        start = len(ids)
-        tokenizer = self.tokenizer
-
-        class StopOnText(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                tail = input_ids[0, start:][-STOP_WINDOW_TOKENS:]
-                done = any(s in tokenizer.decode(tail, skip_special_tokens=True) for s in stops)
-                return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
-
-        options: dict[str, Any] = {
-            "max_new_tokens": budget,
-            "do_sample": self.temperature > 0,
-            "eos_token_id": self.eos or None,
-            "pad_token_id": self.pad,
-        }
-        if self.temperature > 0:
-            options.update(temperature=self.temperature, top_p=1.0, top_k=0)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.model.device)
-        with torch.inference_mode():
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                generation_config=GenerationConfig(**options),  # type: ignore[no-untyped-call]
-                stopping_criteria=StoppingCriteriaList([StopOnText()]),
-            )
-        new = output[0, start:].tolist()
-        decoded = tokenizer.decode(new, skip_special_tokens=True)
-        cut, stopped = cut_at_stop(decoded, stops)
-        if stopped:
+        out = self.generator.generate(ids, budget, stops=stops, temperature=self.temperature)
+        # Search-R1's rule: the stop string stays in the text (the loop reads the tag).
+        cut = out.cut(keep=True)
+        if out.stop is not None:
             return Generation(cut, "stop")
-        if new and new[-1] in self.eos:
+        if out.ended:
             return Generation(cut, "eos")
-        return Generation(cut, "length" if len(new) >= budget else "eos")
+        return Generation(cut, "length" if len(out.ids) >= budget else "eos")
 
 
 class VllmEngine:
@@ -771,7 +719,7 @@ class ScriptedEngine:
                 f"--scripted-turns {self.source}: all {len(self.outputs)} outputs are used and "
                 "the run asks for another"
             )
-        cut, stopped = cut_at_stop(self.outputs[self.used], stops)
+        cut, stopped = textgen.cut_at_stop(self.outputs[self.used], stops, keep=True)
         self.used += 1
         return Generation(cut, "stop" if stopped else "eos")
 

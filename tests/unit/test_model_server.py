@@ -256,8 +256,6 @@ def test_requests_take_openai_defaults() -> None:
     assert sampling.max_tokens is None  # the rest of the context
     body = {**body, "model": "m", "max_tokens": 5, "max_completion_tokens": 3, "stop": "x"}
     assert model_server.parse_chat(body, "m")[1] == Sampling(max_tokens=3, stop=("x",))
-    assert model_server.cut_at_stop("a.b.c", [".c", "."]) == ("a", True)
-    assert model_server.cut_at_stop("abc", ["x"]) == ("abc", False)
 
 
 @pytest.mark.parametrize(
