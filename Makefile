@@ -66,10 +66,11 @@ up: deps ## Set up, bring up the built-in `local` profile (2 hosts here) and fol
 down: venv ## Take the `local` cluster down (keeps its bucket)
 	$(BIN)/rlinfra down local --yes
 
-lint: venv ## ruff, mypy, terraform fmt (ansible-lint runs in test-ansible)
+lint: venv ## ruff, mypy, the layer contract (lint-imports), terraform fmt (ansible-lint runs in test-ansible)
 	$(BIN)/ruff check driver tests bench tools
 	$(BIN)/ruff format --check driver tests bench tools
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	terraform fmt -check -recursive terraform
 
 test-unit: venv ## Unit tests: profiles, plan, render (golden files), CLI errors

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlinfra.clouds.base import Candidate
+    from rlinfra.plan import Candidate
 
 WORLD = {"0.0.0.0/0", "::/0"}
 PERSISTENT_TYPES = {"aws_s3_bucket", "google_storage_bucket", "module.bucket"}

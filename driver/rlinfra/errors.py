@@ -52,5 +52,9 @@ class TerraformError(OperationError):
         self.output = output
 
 
-class ClusterBusyError(OperationError):
-    """Another rlinfra command holds the cluster's lock."""
+class ClusterBusyError(UsageError):
+    """Another rlinfra command holds the cluster's lock: refused before anything changes."""
+
+
+class NodeUnreachableError(OperationError):
+    """SSH could not connect to a node (or log in there): nothing ran on it."""

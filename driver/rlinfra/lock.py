@@ -206,19 +206,17 @@ def _failure(pins: PinSet, stderr: str) -> OperationError:
 def lock(
     name: str,
     out: Path | None = None,
-    uv: str | None = None,
+    *,
+    uv: str,
     environ: Mapping[str, str] | None = None,
     extra_find_links: Sequence[str] = (),
 ) -> LockResult:
-    """Resolve pin set ``name`` and write its lock (default: the packaged lock file)."""
+    """Resolve pin set ``name`` with the uv binary ``uv`` and write its lock (default: the
+    packaged lock file)."""
     sets = pin_sets()
     if name not in sets:
         raise UsageError(f"unknown pin set {name!r}", "Known pin sets: " + ", ".join(sets))
     pins = sets[name]
-    if uv is None:
-        from rlinfra.controller import uv_binary
-
-        uv = uv_binary()
     env = dict(os.environ if environ is None else environ)
     find_links = [*extra_find_links, *discovered_find_links(env)]
     target = out or pins.lock_file

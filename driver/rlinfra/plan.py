@@ -9,19 +9,60 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rlinfra.accelerators import Accelerator
-from rlinfra.clouds import SUPPORTED as SUPPORTED_CLOUDS
-from rlinfra.clouds.base import Candidate
 from rlinfra.errors import UsageError
 from rlinfra.pins import PinSet, pin_sets
 from rlinfra.profile import BUCKET_NAME_RE, Override, Profile, check_cluster_name
 
-if TYPE_CHECKING:
-    from rlinfra.workloads.spec import JobSpec
+
+class Candidate(Protocol):
+    """A machine a cloud offers for the profile, with its price (plan shows them all)."""
+
+    @property
+    def instance_type(self) -> str: ...
+
+    @property
+    def accelerator(self) -> Accelerator | None: ...
+
+    @property
+    def hourly(self) -> float: ...
+
+    @property
+    def planned_as(self) -> str:
+        """How a Terraform plan's summary names this machine (``rlinfra.audit``), so that the
+        plan's instances are priced."""
+        ...
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a cluster goes on its cloud, decided from the profile alone (``Cloud.site``)."""
+
+    accelerator: Accelerator | None
+    # The cluster's private network (the local cloud's bridge); None where the cloud picks.
+    subnet: str | None = None
+    # Machines that meet the profile, the chosen one first, then the others by price.
+    choices: tuple[Candidate, ...] = ()
+    # Names of the nodes, rank order, where the profile names them (default <cluster>-<rank>),
+    # and where each one is, for `plan` (e.g. "root@10.0.0.5:22"; empty: the machine type).
+    node_names: tuple[str, ...] = ()
+    node_where: tuple[str, ...] = ()
+
+
+class CloudSite(Protocol):
+    """What planning asks of a cloud (``rlinfra.clouds.base.Cloud`` implements it)."""
+
+    def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
+        """Machines, accelerator and network for the profile (pure)."""
+        ...
+
+    def profile_account(self, profile: Profile) -> str | None:
+        """The account (or project) the profile names itself; None where it names none."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -88,14 +129,6 @@ class Plan:
     def storage_buckets(self) -> list[str]:
         return list(self.buckets)
 
-    @cached_property
-    def job(self) -> JobSpec:
-        """The workload's job spec (``workloads.spec.job_spec``), computed once per plan; raises
-        as job_spec does (not cached then)."""
-        from rlinfra.workloads.spec import job_spec
-
-        return job_spec(self)
-
 
 BUCKET_ENV = "CHECKPOINT_BUCKET_NAME"
 # Stands for the account's suffix where the account is not known (a review without credentials).
@@ -134,15 +167,12 @@ def bucket_names(profile: Profile, account: str | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def needs_account(profile: Profile) -> bool:
+def needs_account(profile: Profile, clouds: Mapping[str, CloudSite]) -> bool:
     """Whether a bucket name comes from the account (an unnamed bucket, no exact name given)."""
     if profile.cloud == "local":
         return False
-    if profile.cloud in SUPPORTED_CLOUDS:
-        from rlinfra.clouds import cloud_for
-
-        if cloud_for(profile.cloud).profile_account(profile) is not None:
-            return False  # the profile names it (a GCP project)
+    if profile.cloud in clouds and clouds[profile.cloud].profile_account(profile) is not None:
+        return False  # the profile names it (a GCP project)
     exact = bool(profile.env.get(BUCKET_ENV, "").strip())
     return any(
         item.bucket is None and not (index == 0 and exact)
@@ -150,24 +180,27 @@ def needs_account(profile: Profile) -> bool:
     )
 
 
-def make_plan(
+def decide(
     profile: Profile,
     source: str,
+    clouds: Mapping[str, CloudSite],
     cluster: str | None = None,
     overrides: tuple[Override, ...] = (),
     offered: set[str] | None = None,
     account: str | None = None,
 ) -> Plan:
-    """Decide the deployment. Raises UsageError for combinations the models cannot see.
+    """Decide the deployment on ``clouds`` (the clouds this version deploys, by name). Raises
+    UsageError for combinations the models cannot see. The workload's job is checked by
+    ``rlinfra.clouds.make_plan``, which plans on every cloud rlinfra has.
 
     ``account``: the cloud account id, for default bucket names (rlinfra.plan.bucket_names);
-    an account the profile names itself (Cloud.profile_account, a GCP project) comes first.
+    an account the profile names itself (CloudSite.profile_account, a GCP project) comes first.
     """
     name = check_cluster_name(cluster or profile.name)
-    if profile.cloud not in SUPPORTED_CLOUDS:
+    if profile.cloud not in clouds:
         raise UsageError(
             f"{source}: cloud: {profile.cloud!r} is not supported by this version of rlinfra",
-            "Supported clouds: " + ", ".join(SUPPORTED_CLOUDS) + ".",
+            "Supported clouds: " + ", ".join(clouds) + ".",
         )
     pinsets = pin_sets()
     if profile.software.pin_set not in pinsets:
@@ -190,9 +223,7 @@ def make_plan(
         raise UsageError(
             f"{source}: resources.accelerators: candidates must have the same GPU count per node"
         )
-    from rlinfra.clouds import cloud_for
-
-    names = bucket_names(profile, cloud_for(profile.cloud).profile_account(profile) or account)
+    names = bucket_names(profile, clouds[profile.cloud].profile_account(profile) or account)
     if len(set(names)) != len(names):
         raise UsageError(f"{source}: storage: two entries name the same bucket")
     for bucket in names:
@@ -203,10 +234,10 @@ def make_plan(
                 "3-63 characters: lowercase letters, digits, '.', '-'.",
             )
     if profile.clouds:
-        profile, options, left_out = choose_cloud(profile, source, name, offered)
-        plan = make_plan(profile, source, cluster, overrides, offered, account)
+        profile, options, left_out = choose_cloud(profile, source, name, offered, clouds)
+        plan = decide(profile, source, clouds, cluster, overrides, offered, account)
         return dataclasses.replace(plan, clouds=options, clouds_left_out=left_out)
-    site = cloud_for(profile.cloud).site(profile, source, name, offered)
+    site = clouds[profile.cloud].site(profile, source, name, offered)
 
     nodes = tuple(
         NodePlan(
@@ -229,9 +260,6 @@ def make_plan(
         choices=site.choices,
         buckets=names,
     )
-    if profile.workload is not None:
-        # Checked before anything is spent: Verl override keys, GPU needs, variables.
-        _ = plan.job
     return plan
 
 
@@ -241,13 +269,15 @@ def _hourly(candidate: Candidate) -> tuple[bool, float]:
 
 
 def choose_cloud(
-    profile: Profile, source: str, cluster: str, offered: set[str] | None
+    profile: Profile,
+    source: str,
+    cluster: str,
+    offered: set[str] | None,
+    clouds: Mapping[str, CloudSite],
 ) -> tuple[Profile, tuple[CloudChoice, ...], tuple[str, ...]]:
     """The profile on the candidate cloud whose best machine is cheapest, and every cloud's
     candidates, cheapest first. A cloud that cannot run the profile is left out; none can, and
     the error names each one's reason."""
-    from rlinfra.clouds import cloud_for
-
     options: list[CloudChoice] = []
     best: dict[str, Candidate] = {}
     errors: list[str] = []
@@ -255,7 +285,7 @@ def choose_cloud(
     for cloud in profile.clouds:
         on_cloud = profile.for_cloud(cloud)
         try:
-            site = cloud_for(cloud).site(on_cloud, source, cluster, offered)
+            site = clouds[cloud].site(on_cloud, source, cluster, offered)
         except UsageError as exc:
             errors.append(f"{cloud}: {exc.message.removeprefix(f'{source}: ')}")
             continue

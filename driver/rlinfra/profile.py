@@ -27,8 +27,8 @@ from pydantic import (
 )
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
-from rlinfra.clouds.ssh_hosts import SshHosts, default_num_nodes
 from rlinfra.errors import ProfileError, UsageError
+from rlinfra.sections.ssh_hosts import SshHosts, default_num_nodes
 from rlinfra.serving import Serving
 from rlinfra.strict import StrictModel
 from rlinfra.workloads.model import Workload
@@ -704,7 +704,7 @@ def load_profile(name_or_path: str) -> tuple[Profile, str]:
         raise ProfileError(source, "", f"not valid YAML{line}") from None
     if data is None:
         raise ProfileError(source, "", "the file is empty (a profile needs at least `cloud:`)")
-    from rlinfra.clouds import ssh_inventory
+    from rlinfra.sections import ssh_inventory
 
     data = ssh_inventory.expand(data, path, source)
     return profile_from_data(data, source, path.stem), source

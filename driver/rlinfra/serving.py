@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rlinfra.strict import StrictModel
-
-if TYPE_CHECKING:
-    from rlinfra.profile import Profile
 
 _Strict = StrictModel
 
@@ -156,10 +153,10 @@ class Serving(_Strict):
     retrieval: RetrievalServing | None = None
 
 
-def service_clients(profile: Profile) -> list[dict[str, Any]]:
+def service_clients(serving: Serving | None) -> list[dict[str, Any]]:
     """Ports that other clusters may reach, each with its clients' ranges: the cluster roots'
     ``service_clients`` variable, which aws_cluster and gcp_network turn into firewall rules."""
-    retrieval = profile.serving.retrieval if profile.serving else None
+    retrieval = serving.retrieval if serving else None
     if retrieval is None or not retrieval.clients:
         return []
     return [{"port": retrieval.port, "cidrs": list(retrieval.clients)}]

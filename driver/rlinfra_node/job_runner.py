@@ -2,7 +2,7 @@
 
     python -m rlinfra_node.job_runner --spec DIR/spec.json [--secrets DIR/secrets.env]
 
-``spec.json`` is the driver's JobSpec (rlinfra.workloads.spec; it holds no secret). In order:
+``spec.json`` is the driver's JobSpec (rlinfra.jobspec; it holds no secret). In order:
 
 1. secrets: ``secrets.env`` (``NAME=VALUE`` lines, hex-free of newlines, mode 0600) is read into
    this process's environment and deleted at once, so the values live only in the environment

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from helpers.emulators import AwsEmulator
+from rlinfra.clouds import make_plan
 from rlinfra.context import Context, Controller
 from rlinfra.deploy import write_files
 from rlinfra.errors import OperationError
-from rlinfra.plan import make_plan
 from rlinfra.profile import load_profile, profile_from_data
 from rlinfra.render import backend_files, render
 from rlinfra.runners.terraform import Terraform

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.plan import Plan, make_plan
+from rlinfra.clouds import make_plan
+from rlinfra.jobspec import job_spec
+from rlinfra.plan import Plan
 from rlinfra.profile import Overrides, apply_overrides, known_profiles, load_profile
-from rlinfra.workloads.spec import job_spec
 from rlinfra_node.job_runner import entrypoint, plan_steps
 
 ROOT = Path(__file__).resolve().parents[2]

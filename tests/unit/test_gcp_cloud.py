@@ -35,11 +35,11 @@ import yaml
 from helpers import contexts
 from helpers.emulators import free_port
 from rlinfra.accelerators import Accelerator
-from rlinfra.clouds import cloud_for
+from rlinfra.clouds import cloud_for, make_plan, needs_account
 from rlinfra.clouds.gcp_catalog import Choice, choose, load_catalog, parse_catalog
 from rlinfra.context import Context
 from rlinfra.errors import ProfileError, UsageError
-from rlinfra.plan import Plan, account_suffix, make_plan, needs_account
+from rlinfra.plan import Plan, account_suffix
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import render
 

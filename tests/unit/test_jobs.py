@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from rlinfra.clouds import make_plan
 from rlinfra.errors import UsageError
+from rlinfra.jobspec import job_spec
 from rlinfra.ops.jobs import bundle, submission_id
-from rlinfra.plan import make_plan
 from rlinfra.profile import load_profile
-from rlinfra.workloads.spec import job_spec
 from rlinfra_node import job_runner
 
 CANARY = "canary-secret-3b9d1f0e"

@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 
 from rlinfra import layout
-from rlinfra.deploy import Record, read_record, write_record
+from rlinfra.deploy import read_record, write_record
+from rlinfra.record import Record
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "ansible" / "playbooks"

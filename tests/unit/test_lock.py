@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlinfra.controller import uv_binary
 from rlinfra.errors import UsageError
 from rlinfra.lock import (
     compile_argv,
@@ -121,7 +122,7 @@ def test_unknown_pin_set_is_a_usage_error() -> None:
 @pytest.mark.skipif(not pypi_reachable(), reason="PyPI is not reachable")
 def test_lock_cpu_sandbox_for_real(tmp_path: Path) -> None:
     out = tmp_path / "cpu-sandbox.txt"
-    result = lock("cpu-sandbox", out)
+    result = lock("cpu-sandbox", out, uv=uv_binary())
     text = out.read_text()
     assert result.requirements > 10
     assert current_lock(pin_sets()["cpu-sandbox"]) is not None
@@ -167,8 +168,8 @@ def test_gpu_pin_sets_resolve_on_pypi_without_the_unreachable_sources(
 
 
 def test_render_passes_the_lock_to_the_python_env_role() -> None:
+    from rlinfra.clouds import make_plan
     from rlinfra.context import Context, Controller
-    from rlinfra.plan import make_plan
     from rlinfra.profile import load_profile
     from rlinfra.render import LOCK_FILE, render
 

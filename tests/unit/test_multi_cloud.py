@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlinfra.clouds import make_plan
 from rlinfra.errors import UsageError
 from rlinfra.ops.prepare import Request, prepare
-from rlinfra.plan import make_plan
 from rlinfra.profile import Overrides, profile_from_data
 
 REPO = Path(__file__).resolve().parents[2]

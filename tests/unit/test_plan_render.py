@@ -10,12 +10,13 @@ import pytest
 import yaml
 
 from helpers import contexts
+from rlinfra.clouds import make_plan
 from rlinfra.clouds.local import local_subnet
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
-from rlinfra.plan import make_plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
-from rlinfra.render import Host, render, render_inventory
+from rlinfra.record import Host
+from rlinfra.render import render, render_inventory
 from rlinfra.secrets import resolve_secrets
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.plan import make_plan
+from rlinfra.clouds import make_plan
+from rlinfra.jobspec import job_spec
 from rlinfra.profile import Overrides, apply_overrides, known_profiles, load_profile
-from rlinfra.workloads.spec import job_spec
 
 DRIVER = Path(__file__).resolve().parents[2] / "driver"
 # Executables and the pip package that installs each.

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinfra.deploy import Record, Stage, read_record, update_record, write_record
+from rlinfra.deploy import read_record, update_record, write_record
 from rlinfra.errors import OperationError
 from rlinfra.ops.prepare import Request, prepare
 from rlinfra.profile import Overrides, load_profile
-from rlinfra.render import Host
+from rlinfra.record import Host, Record, Stage
 
 
 def test_a_record_written_before_versions_reads_typed(tmp_path: Path) -> None:

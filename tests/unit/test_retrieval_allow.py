@@ -24,7 +24,7 @@ import pytest
 from helpers.emulators import own_address
 from rlinfra.errors import OperationError
 from rlinfra.ops import reach
-from rlinfra.render import Host
+from rlinfra.record import Host
 from rlinfra_node import search_tool
 from rlinfra_node.retrieval import serve_app
 from rlinfra_node.retrieval.front import FrontServer

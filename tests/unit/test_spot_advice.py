@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from helpers.contexts import fixed_context
+from rlinfra.clouds import make_plan
 from rlinfra.errors import ProfileError
-from rlinfra.plan import Plan, make_plan
+from rlinfra.jobspec import TRAINERS, VERL_CPU_TRAINER, job_spec
+from rlinfra.plan import Plan
 from rlinfra.profile import profile_from_data
 from rlinfra.render import ansible_vars
-from rlinfra.workloads.spec import TRAINERS, VERL_CPU_TRAINER, job_spec
 from rlinfra_node.spot_watch import NOTICE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from helpers.cli import CliResult, files_under, usage_line, write_yaml
+from rlinfra.clouds import make_plan
 from rlinfra.clouds import ssh as ssh_cloud
-from rlinfra.plan import make_plan
 from rlinfra.profile import profile_from_data
 
 Cli = Callable[..., CliResult]

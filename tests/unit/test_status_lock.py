@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import CliResult
-from rlinfra.deploy import Record, Stage, cluster_lock, deployment_dir, lock_holder, write_record
+from rlinfra.deploy import cluster_lock, deployment_dir, lock_holder, write_record
+from rlinfra.record import Record, Stage
 
 Cli = Callable[..., CliResult]
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rlinfra.ops import verify
-from rlinfra.render import Host
+from rlinfra.record import Host
 from rlinfra_node import verify_node
 
 REPO = Path(__file__).resolve().parents[2]

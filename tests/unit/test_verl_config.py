@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from rlinfra.clouds import make_plan
 from rlinfra.errors import ProfileError
-from rlinfra.plan import make_plan
+from rlinfra.jobspec import job_spec
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.workloads import memory
-from rlinfra.workloads.spec import job_spec
 from rlinfra.workloads.verl_config import (
     CONFIG_FILE,
     DATA_DIR,

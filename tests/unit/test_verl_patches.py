@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from rlinfra.plan import make_plan
+from rlinfra.clouds import make_plan
+from rlinfra.jobspec import job_spec
 from rlinfra.profile import profile_from_data
-from rlinfra.workloads.spec import job_spec
 from rlinfra_node.verl_cpu import patches
 from rlinfra_node.verl_cpu.patches import attend_somewhere
 

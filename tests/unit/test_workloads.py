@@ -16,12 +16,13 @@ import pytest
 import yaml
 
 from helpers.contexts import fixed_context
+from rlinfra.clouds import make_plan
 from rlinfra.errors import ProfileError, UsageError
-from rlinfra.plan import Plan, make_plan
+from rlinfra.jobspec import job_spec
+from rlinfra.plan import Plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
 from rlinfra.render import render
 from rlinfra.secrets import resolve_secrets
-from rlinfra.workloads.spec import job_spec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "workloads"
 UPDATE = os.environ.get("RLINFRA_UPDATE_GOLDEN") == "1"
@@ -464,13 +465,13 @@ def test_verl_on_the_local_cloud_runs_in_cpu_mode_with_the_same_overrides() -> N
     assert spec.after_steps[0].argv[:3] == ("python3", "-m", "rlinfra_node.after_training")
     assert spec.warnings == ()
     # Every node offers what CPU mode's workers ask Ray for.
-    from rlinfra.workloads.spec import ray_node_resources
+    from rlinfra.jobspec import ray_node_resources
 
     assert ray_node_resources(plan) == (1, {"cpu": 1})
 
 
 def test_cpu_mode_never_reaches_gpu_profiles() -> None:
-    from rlinfra.workloads.spec import cpu_mode, ray_node_resources
+    from rlinfra.jobspec import cpu_mode, ray_node_resources
 
     for name in ("h100x1-ppo", "h100x1-grpo", "h100x2", "search-grpo"):
         plan = plan_of(name)

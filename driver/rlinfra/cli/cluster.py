@@ -80,6 +80,7 @@ def up(
     still runs); follow it with `rlinfra logs CLUSTER --follow`.
     """
     from rlinfra.clouds import cloud_for
+    from rlinfra.jobspec import job_spec
     from rlinfra.ops.prepare import prepare
     from rlinfra.ops.up import up as run_up
 
@@ -89,7 +90,7 @@ def up(
         account="require",
     )
     if the_plan.profile.workload is not None and not infra_only and not no_run:
-        the_plan.job.refuse_unset()
+        job_spec(the_plan).refuse_unset()
     target = cloud_for(the_plan.cloud)
     if take_over:
         the_plan = target.with_take_over(the_plan)

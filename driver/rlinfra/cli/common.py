@@ -15,7 +15,12 @@ from rlinfra.errors import RlinfraError, UsageError
 
 DEFAULT_PROFILE = "local"
 
-
+# Help is laid out by Typer's plain formatter (`rich_markup_mode=None`), not its Rich panels:
+# that formatter re-flows each paragraph of a docstring to the terminal's width (Rich markup
+# mode keeps the source's line breaks after the first paragraph and in the command list), shows
+# a value placeholder only for options that take a value (the panels show one, `<bool>`, for
+# flags too), and takes `[...]` in help text literally. Its lines grow with the terminal up to
+# `max_content_width` columns.
 app = typer.Typer(
     name="rlinfra",
     help=(
@@ -26,7 +31,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
 )
 
 

@@ -38,6 +38,7 @@ def run(
     replaced and the job resumed until it succeeds; `status` lists every recovery.
     """
     from rlinfra.deploy import require_cluster
+    from rlinfra.jobspec import job_spec
     from rlinfra.ops import jobs
     from rlinfra.ops.prepare import prepare, report_overrides
 
@@ -59,7 +60,7 @@ def run(
             f"{the_plan.source}: workload: the profile of {cluster!r} has no workload to run"
         )
     report_overrides(the_plan)
-    spec = the_plan.job
+    spec = job_spec(the_plan)
     spec.refuse_unset()
     if recover:
         _run_recovering(cluster, request, the_plan, spec, secrets, json_out)

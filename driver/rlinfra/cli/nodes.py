@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from rlinfra import ui
-from rlinfra.cli.common import ClusterArg
-from rlinfra.errors import UsageError
-
-
-def node_of(cluster: str, node: int) -> tuple[Path, Any]:
-    from rlinfra.deploy import require_cluster
-
-    folder, record = require_cluster(cluster)
-    hosts = list(record.hosts)
-    if not hosts:
-        raise UsageError(f"cluster {cluster!r} is down")
-    if not 0 <= node < len(hosts):
-        raise UsageError(f"--node {node}: cluster {cluster!r} has nodes 0-{len(hosts) - 1}")
-    return folder, hosts[node]
+from rlinfra.cli.common import ClusterArg, error_line
+from rlinfra.errors import NodeUnreachableError
 
 
 def exec_(
@@ -35,7 +22,7 @@ def exec_(
     import shlex
 
     from rlinfra.deploy import require_cluster
-    from rlinfra.runners import ssh
+    from rlinfra.ops.nodes import node_of, run_command
 
     text = command[0] if len(command) == 1 else shlex.join(command)
     folder, record = require_cluster(cluster)
@@ -44,7 +31,14 @@ def exec_(
     for host in hosts:
         if all_nodes:
             ui.err.print(f"--- {host.name}")
-        code = ssh.run(folder, host, text).returncode
+        try:
+            code = run_command(cluster, folder, host, text)
+        except NodeUnreachableError as exc:
+            if not all_nodes:
+                raise
+            # With --all the other nodes still run it; this node's line says why it did not.
+            ui.err.print(error_line(exc), style="red", soft_wrap=True)
+            code = exc.exit_code
         worst = worst or code
     raise typer.Exit(worst)
 
@@ -54,6 +48,7 @@ def ssh(
     node: Annotated[int, typer.Option("--node", help="Node rank (0 = head).")] = 0,
 ) -> None:
     """Open an interactive shell on a node."""
+    from rlinfra.ops.nodes import node_of
     from rlinfra.runners import ssh as ssh_runner
 
     folder, host = node_of(cluster, node)

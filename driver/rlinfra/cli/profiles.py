@@ -263,9 +263,10 @@ def lock(
     ] = None,
 ) -> None:
     """Resolve a pin set into a hash-pinned lock file that nodes install exactly."""
+    from rlinfra.controller import uv_binary
     from rlinfra.lock import lock as run_lock
 
-    result = run_lock(pin_set, out, extra_find_links=find_links or [])
+    result = run_lock(pin_set, out, uv=uv_binary(), extra_find_links=find_links or [])
     ui.out.print(
         f"locked pin set {result.pin_set}: {result.requirements} requirement(s), "
         f"hashes pinned, in {result.path}"

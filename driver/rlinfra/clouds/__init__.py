@@ -1,16 +1,23 @@
-"""Clouds: one class each, behind the interface declared in ``clouds/base.py``.
+"""Clouds: one class each, behind the interface declared in ``clouds/base.py``, and the one
+registry of them.
 
-``cloud_for(name)`` gives the cloud a profile names; adding a cloud is a module here with a
-``CLOUD`` instance of a :class:`~rlinfra.clouds.base.Cloud` subclass, its Terraform modules, and
-its storage tasks, plus its name in ``SUPPORTED``.
+``cloud_for(name)`` gives the cloud a profile names (its module is imported on first use);
+``CLOUDS`` is the registry as a mapping; ``make_plan`` plans a profile on them. Adding a cloud is
+its module here with a ``CLOUD`` instance of a :class:`~rlinfra.clouds.base.Cloud` subclass, its
+Terraform, and its name in ``SUPPORTED`` (docs/design.md has the checklist).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from rlinfra.errors import UsageError
+from rlinfra.jobspec import job_spec
+from rlinfra.plan import Plan, decide
+from rlinfra.plan import needs_account as _needs_account
+from rlinfra.profile import Override, Profile
 
 if TYPE_CHECKING:
     from rlinfra.clouds.base import Cloud
@@ -28,3 +35,43 @@ def cloud_for(name: str) -> Cloud:
         )
     cloud: Cloud = importlib.import_module(f"rlinfra.clouds.{name}").CLOUD
     return cloud
+
+
+class _Registry(Mapping[str, "Cloud"]):
+    """Every supported cloud by name, each imported when first looked up."""
+
+    def __getitem__(self, name: str) -> Cloud:
+        if name not in SUPPORTED:
+            raise KeyError(name)
+        return cloud_for(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SUPPORTED)
+
+    def __len__(self) -> int:
+        return len(SUPPORTED)
+
+
+CLOUDS: Mapping[str, Cloud] = _Registry()
+
+
+def make_plan(
+    profile: Profile,
+    source: str,
+    cluster: str | None = None,
+    overrides: tuple[Override, ...] = (),
+    offered: set[str] | None = None,
+    account: str | None = None,
+) -> Plan:
+    """Decide the deployment on the cloud(s) the profile names (``rlinfra.plan.decide``) and
+    check its workload's job before anything is spent: Verl override keys, GPU needs, variables.
+    """
+    plan = decide(profile, source, CLOUDS, cluster, overrides, offered, account)
+    if plan.profile.workload is not None:
+        job_spec(plan)
+    return plan
+
+
+def needs_account(profile: Profile) -> bool:
+    """Whether a default bucket name derives from the cloud account (``rlinfra.plan``)."""
+    return _needs_account(profile, CLOUDS)

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds.base import Cloud, Site
+from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan
+from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
-from rlinfra.render import Host
+from rlinfra.record import Host
 from rlinfra.serving import service_clients
 
 ROOTS: dict[str, tuple[str, ...]] = {
@@ -104,7 +104,7 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         "allowed_cidrs": list(profile.network.allowed_cidrs),
         "allow_public": profile.network.allow_public,
         "service_ports": sorted(profile.ports),
-        "service_clients": service_clients(profile),
+        "service_clients": service_clients(profile.serving),
         "placement_group": res.placement_group and plan.num_nodes > 1,
         "efa": profile.network.efa,
         "spot": res.spot,

@@ -33,49 +33,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from rlinfra.accelerators import Accelerator
     from rlinfra.context import Context
-    from rlinfra.deploy import Record
-    from rlinfra.plan import Plan
+    from rlinfra.plan import Plan, Site
     from rlinfra.profile import Profile
-    from rlinfra.render import Host
-
-
-class Candidate(Protocol):
-    """A machine a cloud offers for the profile, with its price (plan shows them all)."""
-
-    @property
-    def instance_type(self) -> str: ...
-
-    @property
-    def accelerator(self) -> Accelerator | None: ...
-
-    @property
-    def hourly(self) -> float: ...
-
-    @property
-    def planned_as(self) -> str:
-        """How a Terraform plan's summary names this machine (``rlinfra.audit``), so that the
-        plan's instances are priced."""
-        ...
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where a cluster goes on its cloud, decided from the profile alone (``Cloud.site``)."""
-
-    accelerator: Accelerator | None
-    # The cluster's private network (the local cloud's bridge); None where the cloud picks.
-    subnet: str | None = None
-    # Machines that meet the profile, the chosen one first, then the others by price.
-    choices: tuple[Candidate, ...] = ()
-    # Names of the nodes, rank order, where the profile names them (default <cluster>-<rank>),
-    # and where each one is, for `plan` (e.g. "root@10.0.0.5:22"; empty: the machine type).
-    node_names: tuple[str, ...] = ()
-    node_where: tuple[str, ...] = ()
+    from rlinfra.record import Host, Record
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds.base import Cloud, Gone, Site, UpQuestion
+from rlinfra.clouds.base import Cloud, Gone, UpQuestion
 from rlinfra.context import Context
 from rlinfra.controller import pycache_dir
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import Plan
+from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
-from rlinfra.render import Host
+from rlinfra.record import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {
     "storage": ("local_bucket",),

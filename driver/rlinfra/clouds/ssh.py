@@ -20,15 +20,15 @@ from typing import Any
 
 from rlinfra import layout, ui
 from rlinfra.clouds import local
-from rlinfra.clouds.base import Cloud, Site, UpQuestion
-from rlinfra.clouds.ssh_hosts import SshHost, SshHosts, SshJump
+from rlinfra.clouds.base import Cloud, UpQuestion
 from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, probe_host
 from rlinfra.context import Context
-from rlinfra.deploy import Record, deployment_dir
+from rlinfra.deploy import deployment_dir
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.plan import BUCKET_ENV, Plan
+from rlinfra.plan import BUCKET_ENV, Plan, Site
 from rlinfra.profile import Override, Profile
-from rlinfra.render import Host
+from rlinfra.record import Host, Record
+from rlinfra.sections.ssh_hosts import SshHost, SshHosts, SshJump
 
 ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
 
@@ -513,11 +513,11 @@ def _record_hosts(record: Record) -> list[Host]:
         return list(record.hosts)
     if record.resolved_profile is None:
         return []
-    from rlinfra.plan import make_plan
+    from rlinfra.plan import decide
     from rlinfra.profile import profile_from_data
 
     profile = profile_from_data(record.resolved_profile, "the cluster record", record.cluster)
-    return hosts(make_plan(profile, "the cluster record", record.cluster))
+    return hosts(decide(profile, "the cluster record", {CLOUD.name: CLOUD}, record.cluster))
 
 
 def release_lines(record: Record, purge: bool) -> list[str]:

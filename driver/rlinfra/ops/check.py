@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import layout, ui
-from rlinfra.deploy import (
-    Record,
-    Stage,
-    cluster_lock,
-    require_cluster,
-    update_record,
-)
+from rlinfra.deploy import cluster_lock, require_cluster, update_record
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.render import Host
+from rlinfra.record import Host, Record, Stage
 
 # Where the acceptance role keeps the running check's pid and its script, on every node.
 ACCEPTANCE_SCRIPT = layout.ACCEPTANCE_SCRIPT

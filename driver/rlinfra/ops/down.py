@@ -7,18 +7,11 @@ from pathlib import Path
 
 from rlinfra import ui
 from rlinfra.clouds import cloud_for
-from rlinfra.deploy import (
-    Stage,
-    cluster_lock,
-    lock_holder,
-    read_record,
-    require_cluster,
-    update_record,
-)
+from rlinfra.deploy import cluster_lock, lock_holder, read_record, require_cluster, update_record
 from rlinfra.errors import UsageError
 from rlinfra.ops.endpoints import stop_tunnels
 from rlinfra.ops.roots import open_root_at
-from rlinfra.render import Host
+from rlinfra.record import Host, Stage
 
 
 @dataclass

@@ -10,13 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlinfra.deploy import (
-    RAY_TOKEN_FILE,
-    Record,
-    require_cluster,
-)
+from rlinfra.deploy import RAY_TOKEN_FILE, require_cluster
 from rlinfra.errors import OperationError
 from rlinfra.ops.check import require_ready
+from rlinfra.record import Record
 
 
 def endpoint(cluster: str, port: int) -> dict[str, Any]:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import layout, ui
-from rlinfra.deploy import Record, Stage, require_cluster, update_record
-from rlinfra.errors import OperationError, UsageError
+from rlinfra.deploy import require_cluster, update_record
+from rlinfra.errors import NodeUnreachableError, OperationError, UsageError
+from rlinfra.jobspec import JobSpec, job_spec
 from rlinfra.plan import Plan
-from rlinfra.render import Host
-from rlinfra.workloads.spec import JobSpec
+from rlinfra.record import Host, Record, Stage
 
 JOBS_DIR = layout.JOBS
 # The node venv's interpreter (python_env_venv): the job runner, and the steps it starts, use it.
@@ -170,10 +170,27 @@ def _ray_job(cluster: str, *args: str, timeout: float = 120) -> str:
     folder, record, head = _ready(cluster)
     command = shlex.join(["ray", "job", *args, "--address", _dashboard(record)])
     result = ssh.run(folder, head, command, capture=True, timeout=timeout)
+    _require_connected(cluster, head, result)
     if result.returncode != 0:
         tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-2:]
         raise OperationError(f"ray job {args[0]} failed on {head.name}: {' '.join(tail)}")
     return result.stdout
+
+
+def _require_connected(cluster: str, head: Host, result: Any) -> None:
+    """A NodeUnreachableError when SSH reached no shell on the head (nothing ran there)."""
+    from rlinfra.ops.nodes import unreachable
+    from rlinfra.runners import ssh
+
+    reason = ssh.connect_failure(result.returncode, result.stderr)
+    if reason is not None:
+        raise unreachable(cluster, head, reason)
+
+
+def no_such_job(cluster: str, job_id: str) -> UsageError:
+    return UsageError(
+        f"cluster {cluster!r} has no job {job_id!r}", f"List its jobs: rlinfra status {cluster}"
+    )
 
 
 def job_status(cluster: str, job_id: str) -> str:
@@ -181,11 +198,21 @@ def job_status(cluster: str, job_id: str) -> str:
     for job in list_jobs(cluster):
         if job["submission_id"] == job_id:
             return str(job["status"])
-    raise UsageError(f"cluster {cluster!r} has no job {job_id!r}")
+    raise no_such_job(cluster, job_id)
 
 
 def job_logs(cluster: str, job_id: str) -> str:
-    return _ray_job(cluster, "logs", job_id, timeout=300)
+    """The job's log so far; UsageError when the cluster's Ray has no job ``job_id``."""
+    try:
+        return _ray_job(cluster, "logs", job_id, timeout=300)
+    except NodeUnreachableError:
+        raise
+    except OperationError:
+        # Ray answers an id it does not know with an HTTP error: its job list tells that case
+        # from a job whose log could not be read.
+        if all(job["submission_id"] != job_id for job in list_jobs(cluster)):
+            raise no_such_job(cluster, job_id) from None
+        raise
 
 
 def list_jobs(cluster: str) -> list[dict[str, Any]]:
@@ -197,6 +224,7 @@ def list_jobs(cluster: str) -> list[dict[str, Any]]:
         ["ray", "list", "jobs", "--address", _dashboard(record), "--format", "json", "--detail"]
     )
     result = ssh.run(folder, head, command, capture=True, timeout=120)
+    _require_connected(cluster, head, result)
     if result.returncode != 0:
         raise OperationError(f"could not list the jobs of {cluster!r}: {result.stderr.strip()}")
     text = result.stdout
@@ -245,7 +273,7 @@ def follow(
 
 def submit_unless_running(the_plan: Plan, secrets: dict[str, str]) -> str | None:
     """Submit the plan's workload, unless a job of this cluster is still pending or running."""
-    spec = the_plan.job
+    spec = job_spec(the_plan)
     for job in list_jobs(the_plan.cluster):
         if job["status"] not in TERMINAL and str(job["submission_id"]).startswith(
             spec.submission_prefix

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
-from rlinfra.clouds import cloud_for
+from rlinfra.clouds import cloud_for, make_plan, needs_account
 from rlinfra.context import Context, Controller, rlinfra_cache
 from rlinfra.deploy import (
-    Stage,
     deployment_dir,
     ensure_ray_token,
     ensure_ssh_key,
@@ -25,8 +24,10 @@ from rlinfra.deploy import (
     read_record,
 )
 from rlinfra.errors import UsageError
-from rlinfra.plan import Plan, make_plan, needs_account
+from rlinfra.jobspec import job_spec
+from rlinfra.plan import Plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
+from rlinfra.record import Stage
 from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
 
 
@@ -99,7 +100,7 @@ def env_readers(plan: Plan) -> dict[str, list[str]]:
 
     readers: dict[str, list[str]] = {name: [] for name in plan.profile.env}
     if plan.profile.workload is not None:
-        for name, fields in plan.job.env_readers.items():
+        for name, fields in job_spec(plan).env_readers.items():
             readers.setdefault(name, []).extend(fields)
     if BUCKET_ENV in readers and plan.profile.storage:
         readers[BUCKET_ENV].append("storage bucket names")
@@ -123,7 +124,7 @@ def report_overrides(plan: Plan) -> None:
             f"override {change.field}: {change.old} -> {change.new} (from the command line){where}"
         )
     if plan.profile.workload is not None:
-        for warning in plan.job.warnings:
+        for warning in job_spec(plan).warnings:
             ui.warn(warning)
 
 

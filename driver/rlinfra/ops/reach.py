@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra.errors import OperationError
-from rlinfra.render import Host
+from rlinfra.record import Host
 
 # Runs on the client's head with its system Python (standard library only): argv is the port,
 # then the addresses to try; prints one JSON list.

@@ -9,12 +9,12 @@ import os
 from typing import Any
 
 from rlinfra.deploy import require_cluster, update_record
+from rlinfra.jobspec import JobSpec
 from rlinfra.ops import jobs, recovery
 from rlinfra.ops.prepare import Request, prepare
 from rlinfra.ops.status import ray_state, training_progress
 from rlinfra.ops.up import up as run_up
 from rlinfra.plan import Plan
-from rlinfra.workloads.spec import JobSpec
 
 
 def run_recovering(

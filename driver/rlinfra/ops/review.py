@@ -10,18 +10,12 @@ from typing import Any
 
 from rlinfra.clouds import cloud_for
 from rlinfra.context import Context, rlinfra_cache, rlinfra_home
-from rlinfra.deploy import (
-    Record,
-    cluster_lock,
-    deployment_dir,
-    read_record,
-    write_files,
-    write_record,
-)
+from rlinfra.deploy import cluster_lock, deployment_dir, read_record, write_files, write_record
 from rlinfra.errors import UsageError
 from rlinfra.ops.prepare import controller_facts, env_readers, make_context
 from rlinfra.ops.roots import find_gone, open_root, replacing
 from rlinfra.plan import Plan
+from rlinfra.record import Record
 from rlinfra.render import render
 from rlinfra.secrets import secret_status
 

@@ -8,14 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import layout
-from rlinfra.deploy import (
-    Stage,
-    lock_holder,
-    read_record,
-    require_cluster,
-)
+from rlinfra.deploy import lock_holder, read_record, require_cluster
 from rlinfra.errors import OperationError, UsageError
-from rlinfra.render import Host
+from rlinfra.record import Host, Stage
 
 
 def status(cluster: str, live: bool = True) -> dict[str, Any]:

@@ -15,8 +15,6 @@ from rlinfra.clouds import cloud_for
 from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context, rlinfra_home
 from rlinfra.deploy import (
-    Record,
-    Stage,
     cluster_lock,
     deployment_dir,
     read_record,
@@ -36,7 +34,8 @@ from rlinfra.ops.prepare import (
 from rlinfra.ops.review import rendered_digest
 from rlinfra.ops.roots import apply_root, find_gone, open_root, replacing, require_replacements
 from rlinfra.plan import Plan
-from rlinfra.render import Host, render, render_inventory
+from rlinfra.record import Host, Record, Stage
+from rlinfra.render import render, render_inventory
 
 
 def apply_with_failover(

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from rlinfra import layout
-from rlinfra.render import Host
+from rlinfra.record import Host
 from rlinfra.runners import ssh
 
 # Written by the last play of site.yml on every node, holding the digest it applied.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 import subprocess
 from pathlib import Path
 
 from rlinfra import layout
-from rlinfra.render import Host
+from rlinfra.record import Host
 
 NODE_ENV = layout.NODE_ENV
 
@@ -83,6 +84,57 @@ def run(
         raw.stdout.decode(errors="replace") if raw.stdout is not None else None,
         raw.stderr.decode(errors="replace") if raw.stderr is not None else None,
     )
+
+
+def run_attached(folder: Path, host: Host, command: str) -> tuple[int, str | None]:
+    """Run ``command`` on ``host`` with its output on this terminal: (its exit status, why SSH
+    could not connect, or None when the command ran).
+
+    ssh writes its own messages to a log of its own (``-E``), apart from the command's standard
+    error; a failure that is not a connection failure is passed on to standard error as ssh
+    wrote it.
+    """
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rlinfra-ssh-") as tmp:
+        log = Path(tmp) / "ssh.log"
+        code = subprocess.run(
+            [*ssh_argv(folder, host, "-E", str(log)), remote_command(command)],
+            check=False,
+            stdin=subprocess.DEVNULL,
+        ).returncode
+        said = log.read_text(errors="replace") if log.is_file() else ""
+    reason = connect_failure(code, said)
+    if reason is None and said.strip():
+        sys.stderr.write(said if said.endswith("\n") else said + "\n")
+    return code, reason
+
+
+# ssh's own lines when it could not reach a node or log in (its exit status is then 255, which
+# a remote command may also exit with): the part after the pattern is the reason given.
+_CONNECT_FAILURES = (
+    re.compile(r"^ssh: connect to host \S+ port \d+: (?P<reason>.+)$"),
+    re.compile(r"^ssh: Could not resolve hostname [^:]+: (?P<reason>.+)$"),
+    re.compile(r"^(?:kex_exchange_identification: )?(?P<reason>Connection (?:closed|reset) by .+)$"),
+    re.compile(r"^(?P<reason>Connection timed out during banner exchange)$"),
+    re.compile(r"^(?P<reason>Permission denied \(.+\))\.?$"),
+    re.compile(r"^(?P<reason>Host key verification failed)\.?$"),
+)
+SSH_FAILED = 255
+
+
+def connect_failure(returncode: int, stderr: str | None) -> str | None:
+    """Why SSH reached no shell on the node (ssh's exit 255 and one of its own error lines),
+    e.g. "Connection refused"; None when the command ran, whatever it exited with."""
+    if returncode != SSH_FAILED or not stderr:
+        return None
+    for line in reversed(stderr.strip().splitlines()):
+        for pattern in _CONNECT_FAILURES:
+            found = pattern.match(line.strip())
+            if found:
+                return found["reason"].strip().rstrip(".")
+    return None
 
 
 def port_open(host: str, port: int, timeout: float = 1.0) -> bool:

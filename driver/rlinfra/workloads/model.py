@@ -1,14 +1,14 @@
 """The `workload:` section of a profile: what runs on the cluster once it is up.
 
 A workload is data, not a script: a type, the program, the model, the dataset, and Verl's own
-Hydra overrides in order. ``rlinfra.workloads.spec.job_spec`` turns it, with the plan, into the
+Hydra overrides in order. ``rlinfra.jobspec.job_spec`` turns it, with the plan, into the
 exact argv of the training job; ``rlinfra.workloads.verl_config`` checks every override against
 the pinned Verl release before anything is spent.
 
 Override values and ``runtime_env`` values may name variables as ``${NAME}`` (upper-case names
 only; anything else, such as ``${actor_rollout_ref.model.path}`` or ``${oc.env:HOME}``, is left to
 Hydra/OmegaConf): the profile's ``env`` (after ``--env``) and the built-ins listed in
-``rlinfra.workloads.spec.BUILTINS``.
+``rlinfra.jobspec.BUILTINS``.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
-from rlinfra.clouds.ssh_hosts import HOST_NAME_RE
 from rlinfra.errors import ProfileError
+from rlinfra.sections.ssh_hosts import HOST_NAME_RE
 
 # Ansible's variable (and its older aliases) -> the ssh host's field.
 VARIABLES = {
