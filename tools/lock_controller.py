@@ -54,8 +54,10 @@ def compile_lock(
     find_links = pip_find_links(os.environ, _pip_config())
     with tempfile.TemporaryDirectory(prefix="rlinfra-lock-") as tmp:
         out = Path(tmp) / "out.txt"
-        if previous is not None and previous.is_file() and not os.environ.get(
-            "RLINFRA_LOCK_UPGRADE"
+        if (
+            previous is not None
+            and previous.is_file()
+            and not os.environ.get("RLINFRA_LOCK_UPGRADE")
         ):
             out.write_text(previous.read_text())
         argv = [uv(), "pip", "compile", *inputs, *extra_args, "--generate-hashes", "--no-header"]

@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     Field,
     SerializerFunctionWrapHandler,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_serializer,
@@ -39,7 +40,9 @@ BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # A Google Cloud project id: 6-30 lowercase letters, digits and hyphens, a letter first.
 PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 
-Cloud = Literal["local", "aws", "gcp", "ssh"]
+# A cloud's name; the clouds rlinfra deploys are its registry's (rlinfra.clouds.REGISTRY), and
+# planning refuses any other, naming the file and field.
+Cloud = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,30}$")]
 # The clouds a profile may list as candidates (`cloud: [aws, gcp]`).
 MULTI_CLOUD = ("aws", "gcp")
 

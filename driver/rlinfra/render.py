@@ -172,11 +172,10 @@ def render(plan: Plan, ctx: Context) -> dict[str, str]:
             continue
         source, modules = cloud.root_source(plan, root)
         prefix = f"terraform/{root}"
-        files.update(_tree(asset_dir("terraform") / "roots" / source / root, prefix))
+        terraform = cloud.terraform_dir()
+        files.update(_tree(terraform / "roots" / source / root, prefix))
         for module in modules:
-            files.update(
-                _tree(asset_dir("terraform") / "modules" / module, f"{prefix}/modules/{module}")
-            )
+            files.update(_tree(terraform / "modules" / module, f"{prefix}/modules/{module}"))
         files[f"{prefix}/terraform.tfvars.json"] = (
             json.dumps(tfvars[root], indent=2, sort_keys=True) + "\n"
         )

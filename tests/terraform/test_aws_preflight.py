@@ -1,4 +1,4 @@
-"""The AWS preflight (rlinfra.clouds.aws_preflight) against an AWS API emulator.
+"""The AWS preflight (rlinfra.clouds.aws.preflight) against an AWS API emulator.
 
 The emulator is the test process's own (the session fixture `aws_api`, shared with the other AWS
 tests); this module adds an IAM user with keys, and checks that preflight created nothing by
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from helpers.emulators import REGION, AwsEmulator, free_port
-from rlinfra.clouds import aws_preflight
-from rlinfra.clouds.aws_preflight import AwsTarget, preflight
+from rlinfra.clouds.aws.cloud import preflight as aws_preflight
+from rlinfra.clouds.aws.preflight import AwsTarget, preflight
 from rlinfra.errors import UsageError
 
 

@@ -18,7 +18,7 @@ the modules as they are. What runs here instead, each test named "static":
   registry's tarball URL when npm is missing, checked against its published sha512, and reduced to
   a small JSON schema kept next to it. Negative tests prove the check rejects what the provider
   would (a made-up attribute, a typo in a nested block, a missing required block, a bad read);
-- driver/rlinfra/data/gcp_catalog.yaml: parses, and each machine type's GPU model and count agree
+- driver/rlinfra/clouds/gcp/catalog.yaml: parses, and each machine type's GPU model and count agree
   with its name and with gcp_cluster's GPU decision.
 """
 

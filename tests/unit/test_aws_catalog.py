@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers.paths import REPO
 from rlinfra.accelerators import parse_accelerator
-from rlinfra.clouds.aws_catalog import CATALOG_PATH, choose, load_catalog, parse_catalog
+from rlinfra.clouds.aws.catalog import CATALOG_PATH, choose, load_catalog, parse_catalog
 
 
 def specs(*names: str) -> list[Any]:
@@ -69,9 +70,7 @@ def test_every_entry_is_complete_and_plausible() -> None:
 
 def test_efa_flags_match_the_cluster_module() -> None:
     """The module's validation list and the catalog agree on EFA support."""
-    main_tf = (
-        CATALOG_PATH.parents[3] / "terraform" / "modules" / "aws_cluster" / "main.tf"
-    ).read_text()
+    main_tf = (REPO / "terraform" / "modules" / "aws_cluster" / "main.tf").read_text()
     block = main_tf.split("efa_instance_types = [", 1)[1].split("]", 1)[0]
     module_types = set(re.findall(r'"([a-z0-9]+\.[a-z0-9]+)"', block))
     for t in load_catalog().instance_types.values():

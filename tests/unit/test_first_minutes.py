@@ -277,7 +277,7 @@ def test_down_refused_by_a_busy_lock_lists_nothing(cli: Cli, home: Path) -> None
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         result = cli("down", "busy", "--yes")
-        assert result.code == 1, result.err
+        assert result.code == 2, result.err
         assert "is busy: `rlinfra up`" in result.err
         assert "destroy" not in result.out.lower(), result.out
     finally:

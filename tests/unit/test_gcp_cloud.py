@@ -36,7 +36,7 @@ from helpers import contexts
 from helpers.emulators import free_port
 from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import cloud_for, make_plan, needs_account
-from rlinfra.clouds.gcp_catalog import Choice, choose, load_catalog, parse_catalog
+from rlinfra.clouds.gcp.catalog import Choice, choose, load_catalog, parse_catalog
 from rlinfra.context import Context
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.plan import Plan, account_suffix
@@ -527,7 +527,7 @@ def test_hosts_from_the_cluster_roots_inventory_output() -> None:
 def test_rlinfra_help_and_the_gcp_module_import_no_google_library() -> None:
     code = (
         "import sys\n"
-        "import rlinfra.clouds.gcp, rlinfra.clouds.gcp_preflight, rlinfra.clouds.gcp_catalog\n"
+        "import rlinfra.clouds.gcp.cloud, rlinfra.clouds.gcp.preflight, rlinfra.clouds.gcp.catalog\n"
         "from rlinfra import cli\n"
         "sys.argv = ['rlinfra', '--help']\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"

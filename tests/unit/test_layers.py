@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"

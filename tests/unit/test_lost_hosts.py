@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rlinfra.clouds import local
 from rlinfra.clouds.base import Gone
+from rlinfra.clouds.local import cloud as local
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.ops.roots import require_replacements
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rlinfra.audit import instance_key, prices_of, render_text, summarize
-from rlinfra.clouds.gcp_catalog import choice_for, load_catalog, zone_for
+from rlinfra.clouds.gcp.catalog import choice_for, load_catalog, zone_for
 
 
 def change(address: str, kind: str, after: dict[str, Any], *actions: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import yaml
 
 from helpers import contexts
 from rlinfra.clouds import make_plan
-from rlinfra.clouds.local import local_subnet
+from rlinfra.clouds.local.cloud import local_subnet
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data

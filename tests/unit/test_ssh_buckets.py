@@ -17,7 +17,7 @@ import yaml
 
 from helpers.cli import CliResult, files_under, usage_line, write_yaml
 from rlinfra.clouds import make_plan
-from rlinfra.clouds import ssh as ssh_cloud
+from rlinfra.clouds.ssh import cloud as ssh_cloud
 from rlinfra.profile import profile_from_data
 
 Cli = Callable[..., CliResult]

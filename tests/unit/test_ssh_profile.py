@@ -13,8 +13,8 @@ import yaml
 
 from helpers.cli import CliResult, files_under, usage_line, write_yaml
 from rlinfra.clouds import make_plan
-from rlinfra.clouds import ssh as ssh_cloud
-from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, judge, parse_probe
+from rlinfra.clouds.ssh import cloud as ssh_cloud
+from rlinfra.clouds.ssh.preflight import Answer, Expect, check_hosts, judge, parse_probe
 from rlinfra.profile import profile_from_data
 
 Cli = Callable[..., CliResult]
@@ -451,7 +451,7 @@ def test_the_probe_reads_a_node_contract_as_the_node_env_role_writes_it(tmp_path
     test's: a contract whose values hold JSON escapes (newlines between IPs, quotes) is read."""
     import subprocess
 
-    from rlinfra.clouds.ssh_preflight import PROBE
+    from rlinfra.clouds.ssh.preflight import PROBE
 
     (tmp_path / "node.json").write_text(
         json.dumps(

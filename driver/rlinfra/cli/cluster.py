@@ -170,10 +170,12 @@ def status(
 ) -> None:
     """Show clusters, their nodes, Ray's state and any command at work on them (or killed
     midway); --endpoint PORT gives a URL that works from here (directly or through an SSH
-    tunnel), and with --from OTHER one that works from OTHER's nodes."""
+    tunnel), and with --from OTHER one that works from OTHER's nodes. When nothing listens on
+    PORT on the head node, the URL is still printed and the command exits 1, naming the ports
+    the cluster serves."""
     from rlinfra.deploy import known_clusters
+    from rlinfra.ops.endpoints import NotListening, endpoint_from
     from rlinfra.ops.endpoints import endpoint as get_endpoint
-    from rlinfra.ops.endpoints import endpoint_from
     from rlinfra.ops.status import status as get_status
 
     if from_cluster is not None and (endpoint is None or cluster is None):
@@ -195,10 +197,15 @@ def status(
     if endpoint is not None:
         if not 1 <= endpoint <= 65535:
             raise UsageError(f"--endpoint {endpoint}: port out of range (1-65535)")
+        unanswered: NotListening | None = None
         if from_cluster is not None:
             info = endpoint_from(cluster, endpoint, from_cluster)
         else:
-            info = get_endpoint(cluster, endpoint)
+            try:
+                info = get_endpoint(cluster, endpoint)
+            except NotListening as exc:
+                # The URL still goes to standard output; the error line follows it.
+                info, unanswered = exc.endpoint, exc
         if json_out:
             print_json(info)
         else:
@@ -214,6 +221,8 @@ def status(
                     "Ray asks for the cluster's token (header 'Authorization: Bearer TOKEN'); "
                     f"it is in {info['ray_token_file']}"
                 )
+        if unanswered is not None:
+            raise unanswered
         return
     state = get_status(cluster)
     if json_out:
@@ -233,9 +242,12 @@ def status(
     if ray:
         if ray.get("reachable"):
             missing = ", ".join(ray["missing_nodes"]) or "none"
-            ui.out.print(f"  ray: {ray['alive_nodes']} node(s) alive; missing: {missing}")
+            line = f"  ray: {ray['alive_nodes']} node(s) alive; missing: {missing}"
         else:
-            ui.out.print(f"  ray: not reachable ({ray.get('error')})")
+            line = f"  ray: {ray.get('error')}"
+        if ray.get("hint"):
+            line = f"{line}. {ray['hint']}"
+        ui.out.print(line)
     for bucket in state["buckets"]:
         ui.out.print(f"  bucket {bucket}")
     for service in state.get("services") or []:

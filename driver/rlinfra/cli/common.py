@@ -20,7 +20,8 @@ DEFAULT_PROFILE = "local"
 # mode keeps the source's line breaks after the first paragraph and in the command list), shows
 # a value placeholder only for options that take a value (the panels show one, `<bool>`, for
 # flags too), and takes `[...]` in help text literally. Its lines grow with the terminal up to
-# `max_content_width` columns.
+# `max_content_width` columns. A paragraph whose lines must stay as written (a list) starts with
+# a line holding only `\b`.
 app = typer.Typer(
     name="rlinfra",
     help=(

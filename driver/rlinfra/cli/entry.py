@@ -61,12 +61,17 @@ def main() -> None:
         if kind == "abort":
             ui.err.print(INTERRUPTED)
             sys.exit(130)
+        if kind == "help":
+            # `rlinfra` with no arguments: the help page is the error's message; exit 2 as click.
+            typer.echo(exc.format_message())  # type: ignore[attr-defined]
+            sys.exit(EXIT_USAGE)
         ui.err.print(_click_line(exc), style="red", soft_wrap=True, markup=False, highlight=False)
         sys.exit(EXIT_USAGE if kind == "usage" else getattr(exc, "exit_code", 1) or 1)
 
 
 def _click_kind(exc: BaseException) -> str | None:
-    """What a command-line parser's exception is: "abort", "usage", "other" or None.
+    """What a command-line parser's exception is: "abort", "help" (no arguments given, where
+    they show the help), "usage", "other" or None.
 
     Typer used to raise click's exceptions; newer releases raise their own copies of the same
     classes (a vendored click). Both are recognised by their class names, so a usage error is one
@@ -77,6 +82,8 @@ def _click_kind(exc: BaseException) -> str | None:
         return "abort"
     if not hasattr(exc, "format_message"):
         return None
+    if "NoArgsIsHelpError" in names:
+        return "help"
     if "UsageError" in names:
         return "usage"
     if "ClickException" in names:

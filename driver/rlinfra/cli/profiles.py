@@ -28,13 +28,17 @@ from rlinfra.errors import RlinfraError
 
 
 def profiles(json_out: JsonOpt = False) -> None:
-    """List the profiles rlinfra knows (built-in and on $RLINFRA_PROFILE_PATH)."""
+    """List the profiles rlinfra knows (built-in and on $RLINFRA_PROFILE_PATH); a profile that
+    `validate` refuses is listed as invalid, with validate's reason (no secret, credential or
+    cloud is consulted)."""
+    from rlinfra.ops.prepare import check_profile
     from rlinfra.profile import known_profiles, load_profile
 
     rows: list[dict[str, Any]] = []
     for name, path in known_profiles().items():
         try:
             profile, _ = load_profile(str(path))
+            check_profile(str(path))
             rows.append(
                 {
                     "name": name,
@@ -46,7 +50,9 @@ def profiles(json_out: JsonOpt = False) -> None:
                 }
             )
         except RlinfraError as exc:
-            rows.append({"name": name, "path": str(path), "error": exc.message})
+            # The line `validate` prints for it, without "Error: ".
+            reason = error_line(exc).removeprefix("Error: ")
+            rows.append({"name": name, "path": str(path), "error": reason})
     if json_out:
         print_json(rows)
         return

@@ -1,10 +1,11 @@
-"""Clouds: one class each, behind the interface declared in ``clouds/base.py``, and the one
-registry of them.
+"""Clouds: one folder each (``clouds/<name>/``), one class behind the interface declared in
+``clouds/base.py``, and this registry, the one place that names them.
 
-``cloud_for(name)`` gives the cloud a profile names (its module is imported on first use);
-``CLOUDS`` is the registry as a mapping; ``make_plan`` plans a profile on them. Adding a cloud is
-its module here with a ``CLOUD`` instance of a :class:`~rlinfra.clouds.base.Cloud` subclass, its
-Terraform, and its name in ``SUPPORTED`` (docs/design.md has the checklist).
+``REGISTRY`` maps a cloud's name to the module holding its ``CLOUD`` (an instance of a
+:class:`~rlinfra.clouds.base.Cloud` subclass), imported on first use; ``cloud_for(name)`` gives
+that instance, ``CLOUDS`` every cloud as a mapping, and ``make_plan`` plans a profile on them.
+Adding a cloud is its folder, its Terraform and its line here (docs/design.md has the
+checklist).
 """
 
 from __future__ import annotations
@@ -22,34 +23,41 @@ from rlinfra.profile import Override, Profile
 if TYPE_CHECKING:
     from rlinfra.clouds.base import Cloud
 
-# The clouds this version deploys; a profile naming another is refused at `validate`.
-SUPPORTED = ("local", "aws", "gcp", "ssh")
+# The clouds this version deploys, by name: the module that holds each one's CLOUD. A profile
+# naming another is refused at `validate`.
+REGISTRY: dict[str, str] = {
+    "local": "rlinfra.clouds.local.cloud",
+    "aws": "rlinfra.clouds.aws.cloud",
+    "gcp": "rlinfra.clouds.gcp.cloud",
+    "ssh": "rlinfra.clouds.ssh.cloud",
+}
+SUPPORTED = tuple(REGISTRY)
 
 
 def cloud_for(name: str) -> Cloud:
     """The cloud called ``name`` (its module is imported on first use)."""
-    if name not in SUPPORTED:
+    if name not in REGISTRY:
         raise UsageError(
             f"cloud {name!r} cannot be deployed by this version of rlinfra",
-            "Supported clouds: " + ", ".join(SUPPORTED) + ".",
+            "Supported clouds: " + ", ".join(REGISTRY) + ".",
         )
-    cloud: Cloud = importlib.import_module(f"rlinfra.clouds.{name}").CLOUD
+    cloud: Cloud = importlib.import_module(REGISTRY[name]).CLOUD
     return cloud
 
 
 class _Registry(Mapping[str, "Cloud"]):
-    """Every supported cloud by name, each imported when first looked up."""
+    """Every registered cloud by name, each imported when first looked up."""
 
     def __getitem__(self, name: str) -> Cloud:
-        if name not in SUPPORTED:
+        if name not in REGISTRY:
             raise KeyError(name)
         return cloud_for(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(SUPPORTED)
+        return iter(REGISTRY)
 
     def __len__(self) -> int:
-        return len(SUPPORTED)
+        return len(REGISTRY)
 
 
 CLOUDS: Mapping[str, Cloud] = _Registry()

@@ -15,6 +15,7 @@ optional (the defaults say "nothing to do" or "not offered")
     ``gone_resources`` (state entries the world lost, for Terraform to replace; a cloud that
     offers it says so with ``finds_gone``, so that the others never read the state for it),
     ``capacity_error`` (a failed apply that another candidate machine may not hit),
+    ``credentials_error`` (a Terraform run that failed for want of credentials),
     ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
     removes; a cloud that offers one offers both),
     ``hosts_from_plan`` (machines that exist already: the inventory without a cluster root),
@@ -35,8 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rlinfra.assets import asset_dir
+
 if TYPE_CHECKING:
     from rlinfra.context import Context
+    from rlinfra.errors import UsageError
     from rlinfra.plan import Plan, Site
     from rlinfra.profile import Profile
     from rlinfra.record import Host, Record
@@ -128,6 +132,12 @@ class Cloud(ABC):
         error code), else None: `up` then tries the plan's next candidate."""
         return None
 
+    def credentials_error(self, output: str) -> UsageError | None:
+        """Terraform's output says the cloud's provider found no credentials (or the cloud
+        refused them): the error to give instead, naming the cloud and how to set them up;
+        else None."""
+        return None
+
     @property
     def empties_buckets(self) -> bool:
         """Whether ``bucket_versions``/``empty_bucket`` are offered."""
@@ -137,6 +147,11 @@ class Cloud(ABC):
         """Whether the buckets of the deployment in ``folder`` are counted and emptied before
         `down --delete-buckets` destroys them (``bucket_versions``/``empty_bucket``)."""
         return self.empties_buckets
+
+    def terraform_dir(self) -> Path:
+        """Where this cloud's Terraform is: ``roots/<cloud>/<root>`` and ``modules/<module>``
+        (rlinfra's own ``terraform/`` for the clouds it ships)."""
+        return asset_dir("terraform")
 
     def root_source(self, plan: Plan, root: str) -> tuple[str, tuple[str, ...]]:
         """Where a root's Terraform comes from: ``terraform/roots/<cloud>/<root>`` and the

@@ -64,7 +64,7 @@ def prepare(
     plan = make_plan(profile, source, request.cluster, tuple(changes))
     if account is not None and profile.ssh is not None and profile.ssh.detect_gpus:
         # `plan`, `render`, `up`: the hosts say what GPUs they have (read-only SSH).
-        from rlinfra.clouds.ssh import with_detected_gpus
+        from rlinfra.clouds.ssh.cloud import with_detected_gpus
 
         profile, detected = with_detected_gpus(plan)
         changes.append(detected)
@@ -88,6 +88,13 @@ def prepare(
             plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
             plan = replace(plan, clouds=others, clouds_left_out=left_out)
     return plan, secrets
+
+
+def check_profile(profile: str) -> Plan:
+    """What `validate` checks of a profile alone (`rlinfra profiles`): load, validate and plan,
+    without overrides, secret values, credentials or cloud calls. Raises UsageError."""
+    plan, _ = prepare(Request(profile=profile), {}, need_secrets=False)
+    return plan
 
 
 def env_readers(plan: Plan) -> dict[str, list[str]]:

@@ -4,7 +4,7 @@
 
 locals {
   # Instance types that take an Elastic Fabric Adapter (checked by var.efa's validation). Keep in
-  # step with efa: in driver/rlinfra/data/aws_catalog.yaml.
+  # step with efa: in driver/rlinfra/clouds/aws/catalog.yaml.
   efa_instance_types = [
     "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "p4de.24xlarge",
     "g6e.8xlarge", "g6e.12xlarge", "g6e.16xlarge", "g6e.24xlarge", "g6e.48xlarge",

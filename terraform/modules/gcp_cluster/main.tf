@@ -8,7 +8,7 @@
 
 locals {
   # Machine series whose GPUs are built into the machine type (model and count fixed by it).
-  # Keep in step with driver/rlinfra/data/gcp_catalog.yaml.
+  # Keep in step with driver/rlinfra/clouds/gcp/catalog.yaml.
   builtin_gpu_series = ["a2", "a3", "a4", "g2"]
   series             = split("-", var.machine_type)[0]
   gpu                = contains(local.builtin_gpu_series, local.series) || var.guest_accelerator != null

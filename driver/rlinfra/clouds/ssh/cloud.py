@@ -1,7 +1,7 @@
 """The `ssh` cloud: machines the team already has (on-prem, reserved, another provider's VMs).
 
 No Terraform compute: the hosts come from the profile's ``ssh:`` section. `up` checks every host
-over SSH before changing anything (``clouds/ssh_preflight.py``), then runs the same Ansible
+over SSH before changing anything (``clouds/ssh/preflight.py``), then runs the same Ansible
 roles, Ray cluster, acceptance check and job as every cloud. `down` leaves the machines: it stops
 rlinfra's processes and removes the node contract; `down --purge` removes all that rlinfra
 installed. Buckets: local buckets (folders of this machine) when the hosts share its filesystem
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import layout, ui
-from rlinfra.clouds import local
 from rlinfra.clouds.base import Cloud, UpQuestion
-from rlinfra.clouds.ssh_preflight import Answer, Expect, check_hosts, probe_host
+from rlinfra.clouds.local import cloud as local
+from rlinfra.clouds.ssh.preflight import Answer, Expect, check_hosts, probe_host
 from rlinfra.context import Context
 from rlinfra.deploy import deployment_dir
 from rlinfra.errors import OperationError, UsageError
@@ -155,7 +155,7 @@ def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
         return {}
     buckets = section(plan.profile, plan.source).buckets
     if buckets is not None:
-        from rlinfra.clouds import aws
+        from rlinfra.clouds.aws import cloud as aws
 
         return {
             "storage": {
@@ -341,7 +341,7 @@ def detect_accelerator(plan: Plan) -> str | None:
     from concurrent.futures import ThreadPoolExecutor
 
     from rlinfra.accelerators import from_device_name
-    from rlinfra.clouds.ssh_preflight import parse_probe
+    from rlinfra.clouds.ssh.preflight import parse_probe
 
     nodes = hosts(plan)
     ask = _asker(plan, nodes)
@@ -612,7 +612,7 @@ class SshCloud(Cloud):
                     f"{plan.source}: ssh: identity file {host.ssh_key} of {host.name} does not exist"
                 )
         if bucket_key(plan, os.environ) is not None:
-            from rlinfra.clouds.aws import credentials_configured
+            from rlinfra.clouds.aws.cloud import credentials_configured
 
             if not credentials_configured(os.environ):
                 raise UsageError(
@@ -624,7 +624,7 @@ class SshCloud(Cloud):
 
     def root_source(self, plan: Plan, root: str) -> tuple[str, tuple[str, ...]]:
         if root == "storage" and section(plan.profile, plan.source).buckets is not None:
-            from rlinfra.clouds import aws
+            from rlinfra.clouds.aws import cloud as aws
 
             return "aws", aws.ROOTS["storage"]
         return super().root_source(plan, root)
@@ -636,12 +636,12 @@ class SshCloud(Cloud):
         return _s3_buckets(folder)
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
-        from rlinfra.clouds import aws
+        from rlinfra.clouds.aws import cloud as aws
 
         return aws.bucket_versions(folder, bucket)
 
     def empty_bucket(self, folder: Path, bucket: str) -> int:
-        from rlinfra.clouds import aws
+        from rlinfra.clouds.aws import cloud as aws
 
         return aws.empty_bucket(folder, bucket)
 

@@ -1,4 +1,4 @@
-"""The Google Cloud machine catalog (``data/gcp_catalog.yaml``) and the choice of a machine type.
+"""The Google Cloud machine catalog (``clouds/gcp/catalog.yaml``) and the choice of a machine type.
 
 Pure: reads the packaged YAML once and answers questions about it. ``choose`` turns a profile's
 accelerator candidates into the catalog entries that serve them in a region, each in a zone of
@@ -26,7 +26,7 @@ import yaml
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
 
-CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "gcp_catalog.yaml"
+CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
 
 @dataclass(frozen=True)

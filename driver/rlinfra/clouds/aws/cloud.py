@@ -36,7 +36,7 @@ def region(plan: Plan) -> str:
 def site(profile: Profile, source: str, offered: set[str] | None) -> Site:
     """Instance types that meet the profile, cheapest first (from the packaged catalog); the
     accelerator is the chosen type's."""
-    from rlinfra.clouds.aws_catalog import Choice, choice_for, choose, load_catalog
+    from rlinfra.clouds.aws.catalog import Choice, choice_for, choose, load_catalog
 
     res = profile.resources
     candidates = res.accelerator_candidates
@@ -142,6 +142,29 @@ def capacity_error(output: str) -> str | None:
     return None
 
 
+# What Terraform's AWS provider says when it finds no credentials, and the AWS error codes of
+# credentials that AWS refuses.
+NO_CREDENTIALS = ("No valid credential sources found", "failed to refresh cached credentials")
+REFUSED_CREDENTIALS = ("InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken")
+
+
+def credentials_error(output: str) -> UsageError | None:
+    """No AWS credentials (or refused ones) in Terraform's output: the error to give; else None."""
+    import re
+
+    from rlinfra.clouds.aws.preflight import CREDENTIALS_HINT
+
+    flat = " ".join(output.split())
+    if any(text in flat for text in NO_CREDENTIALS):
+        return UsageError("Terraform found no AWS credentials", CREDENTIALS_HINT)
+    for match in re.finditer(r"api error ([A-Za-z]+):", flat):
+        if match.group(1) in REFUSED_CREDENTIALS:
+            return UsageError(
+                f"AWS did not accept the credentials ({match.group(1)})", CREDENTIALS_HINT
+            )
+    return None
+
+
 def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     return {
         "ansible_python_interpreter": "/usr/bin/python3",
@@ -184,7 +207,7 @@ def account_id(environ: Mapping[str, str], required: bool) -> str | None:
     the preflight's one-line error.
     """
     from rlinfra import ui
-    from rlinfra.clouds.aws_preflight import check_credentials
+    from rlinfra.clouds.aws.preflight import check_credentials
 
     if not required and not credentials_configured(environ):
         return None
@@ -214,8 +237,8 @@ def check_inputs(plan: Plan) -> None:
 def preflight(plan: Plan) -> None:
     """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
     from rlinfra import ui
-    from rlinfra.clouds.aws_preflight import AwsTarget
-    from rlinfra.clouds.aws_preflight import preflight as run
+    from rlinfra.clouds.aws.preflight import AwsTarget
+    from rlinfra.clouds.aws.preflight import preflight as run
 
     check_inputs(plan)
     assert plan.instance_type is not None
@@ -333,6 +356,9 @@ class AwsCloud(Cloud):
 
     def capacity_error(self, output: str) -> str | None:
         return capacity_error(output)
+
+    def credentials_error(self, output: str) -> UsageError | None:
+        return credentials_error(output)
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         return bucket_versions(folder, bucket)

@@ -32,7 +32,7 @@ from rlinfra.record import Host
 from rlinfra.serving import service_clients
 
 if TYPE_CHECKING:
-    from rlinfra.clouds.gcp_catalog import Choice
+    from rlinfra.clouds.gcp.catalog import Choice
 
 ROOTS: dict[str, tuple[str, ...]] = {
     "storage": ("gcp_bucket",),
@@ -61,7 +61,7 @@ def site(profile: Profile, source: str, cluster: str, offered: set[str] | None) 
     """Machine types that meet the profile, in the profile's zone or the first catalog zone of
     its region that offers each, priced ones cheapest first, unpriced last; the accelerator is
     the chosen type's. Refuses (naming the field) what GCP cannot do."""
-    from rlinfra.clouds.gcp_catalog import choice_for, choose, load_catalog, zone_for
+    from rlinfra.clouds.gcp.catalog import choice_for, choose, load_catalog, zone_for
 
     res = profile.resources
     _refuse_unsupported(profile, source, cluster)
@@ -148,7 +148,7 @@ def _refuse_unsupported(profile: Profile, source: str, cluster: str) -> None:
 
 
 def _choice(plan: Plan) -> Choice:
-    from rlinfra.clouds.gcp_catalog import Choice
+    from rlinfra.clouds.gcp.catalog import Choice
 
     if not plan.choices:
         raise UsageError(f"{plan.source}: resources: no machine type was chosen")
@@ -214,7 +214,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
 
 def check_inputs(plan: Plan) -> None:
     """What `up` needs that the profile and flags alone decide (no cloud call)."""
-    from rlinfra.clouds.gcp_preflight import gcs_bucket_name_problem
+    from rlinfra.clouds.gcp.preflight import gcs_bucket_name_problem
 
     _choice(plan)
     if plan.profile.project is None:
@@ -258,7 +258,7 @@ def account_id(environ: Mapping[str, str], required: bool) -> str | None:
     credentials or a missing project are one-line errors.
     """
     from rlinfra import ui
-    from rlinfra.clouds.gcp_preflight import credentials_configured, load_credentials
+    from rlinfra.clouds.gcp.preflight import credentials_configured, load_credentials
 
     if not required and not credentials_configured(environ):
         return None
@@ -281,9 +281,9 @@ def preflight(plan: Plan) -> None:
     """Credentials, project and region, the zone's machine type, GPU quota and bucket, before
     Terraform runs (gcp_preflight)."""
     from rlinfra import ui
-    from rlinfra.clouds.gcp_catalog import load_catalog
-    from rlinfra.clouds.gcp_preflight import GcpTarget
-    from rlinfra.clouds.gcp_preflight import preflight as run
+    from rlinfra.clouds.gcp.catalog import load_catalog
+    from rlinfra.clouds.gcp.preflight import GcpTarget
+    from rlinfra.clouds.gcp.preflight import preflight as run
 
     check_inputs(plan)
     choice = _choice(plan)
@@ -333,6 +333,26 @@ def capacity_error(output: str) -> str | None:
     return None
 
 
+# What Terraform's Google provider says when Application Default Credentials cannot be found.
+NO_CREDENTIALS = (
+    "Attempted to load application default credentials",
+    "could not find default credentials",
+)
+
+
+def credentials_error(output: str) -> UsageError | None:
+    """No Google Cloud credentials in Terraform's output: the error to give; else None."""
+    from rlinfra.clouds.gcp.preflight import CREDENTIALS_HINT
+
+    flat = " ".join(output.split())
+    if any(text in flat for text in NO_CREDENTIALS):
+        return UsageError(
+            "Terraform found no Google Cloud credentials (Application Default Credentials)",
+            CREDENTIALS_HINT,
+        )
+    return None
+
+
 def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
     """gcp_cluster's ``inventory`` output (the cluster root passes it through)."""
     inventory = outputs["inventory"]["value"]
@@ -364,7 +384,7 @@ def _storage(environ: Mapping[str, str]) -> tuple[Any, str]:
     """A session and base URL for the Cloud Storage JSON API: against an emulator
     (STORAGE_EMULATOR_HOST) a plain session, as Google's client libraries use there; else one
     authorized by Application Default Credentials."""
-    from rlinfra.clouds.gcp_preflight import (
+    from rlinfra.clouds.gcp.preflight import (
         STORAGE_EMULATOR_ENV,
         authorized_session,
         load_credentials,
@@ -381,7 +401,7 @@ def _storage(environ: Mapping[str, str]) -> tuple[Any, str]:
 
 def _generations(session: Any, base: str, bucket: str) -> list[tuple[str, str]]:
     """(name, generation) of every object version in ``bucket``; [] when it is gone."""
-    from rlinfra.clouds.gcp_preflight import call, error_message
+    from rlinfra.clouds.gcp.preflight import call, error_message
 
     url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o"
     found: list[tuple[str, str]] = []
@@ -413,7 +433,7 @@ def bucket_versions(folder: Path, bucket: str) -> int:
 
 def empty_bucket(folder: Path, bucket: str) -> int:
     """Delete every object version of ``bucket`` (after `down` asked); how many went."""
-    from rlinfra.clouds.gcp_preflight import call, error_message
+    from rlinfra.clouds.gcp.preflight import call, error_message
 
     deleted = 0
     try:
@@ -464,6 +484,9 @@ class GcpCloud(Cloud):
 
     def capacity_error(self, output: str) -> str | None:
         return capacity_error(output)
+
+    def credentials_error(self, output: str) -> UsageError | None:
+        return credentials_error(output)
 
     def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
         return hosts_from_outputs(outputs)

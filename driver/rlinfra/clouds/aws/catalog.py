@@ -1,4 +1,4 @@
-"""The AWS instance catalog (``data/aws_catalog.yaml``) and the choice of an instance type.
+"""The AWS instance catalog (``clouds/aws/catalog.yaml``) and the choice of an instance type.
 
 Pure: reads the packaged YAML once and answers questions about it. ``choose`` turns a profile's
 accelerator candidates (or, for CPU nodes, its cpus/memory) into the matching instance types in a
@@ -18,7 +18,7 @@ import yaml
 
 from rlinfra.accelerators import Accelerator, parse_accelerator
 
-CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "aws_catalog.yaml"
+CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,7 @@ def vcpus_of(
     instance_type: str, region: str, session: Any = None, endpoint_url: str | None = None
 ) -> int:
     """vCPUs of one instance: from the catalog, else from EC2 DescribeInstanceTypes."""
-    from rlinfra.clouds.aws_catalog import load_catalog
+    from rlinfra.clouds.aws.catalog import load_catalog
 
     known = load_catalog().instance_types.get(instance_type)
     if known is not None:

@@ -1,0 +1,2 @@
+"""The aws cloud: its Cloud (``cloud``), machine catalog (``catalog``, ``catalog.yaml``) and
+preflight (``preflight``)."""

@@ -1,0 +1,1 @@
+"""The local cloud: its Cloud (``cloud``)."""

@@ -1,0 +1,1 @@
+"""The ssh cloud: its Cloud (``cloud``) and preflight (``preflight``)."""
