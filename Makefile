@@ -17,7 +17,7 @@ GCS_EMULATOR_VENV ?= .venv-gcs-emulator
 GCS_EMULATOR := $(GCS_EMULATOR_VENV)/bin/gcp-storage-emulator
 export RLINFRA_GCS_EMULATOR := $(abspath $(GCS_EMULATOR))
 
-.PHONY: help deps system-deps venv lock test-latest up down lint check bench-suite test test-unit test-terraform test-ansible test-verl test-e2e bench clean
+.PHONY: help deps system-deps venv lock test-latest up down lint check bench-house bench-suite test test-unit test-terraform test-ansible test-verl test-e2e bench clean
 
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
@@ -112,6 +112,9 @@ bench: deps ## Benchmarks; figures go to bench/results/
 	$(BIN)/python bench/verl.py
 	$(BIN)/python bench/ssh_up.py
 	$(BIN)/python bench/recovery.py
+
+bench-house: deps ## The driver's layout before and after BASE (cycles, largest modules, duplicates, --help, render): make bench-house BASE=REV
+	$(BIN)/python bench/house.py --base $(BASE)
 
 bench-suite: deps ## The suite's own wall time: `make check` and `make test`, timed (about 30 min)
 	$(BIN)/python bench/test_suite.py run --label now
