@@ -156,7 +156,10 @@ def status(
         str | None, typer.Argument(help="Cluster (all clusters if omitted).")
     ] = None,
     endpoint: Annotated[
-        int | None, typer.Option("--endpoint", help="Print a URL for this port on the head node.")
+        int | None,
+        typer.Option(
+            "--endpoint", metavar="PORT", help="Print a URL for this port on the head node."
+        ),
     ] = None,
     from_cluster: Annotated[
         str | None,

@@ -39,20 +39,33 @@ app = typer.Typer(
 
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", "-p", help="Profile name (see `rlinfra profiles`) or YAML path."),
+    typer.Option(
+        "--profile",
+        "-p",
+        metavar="NAME|PATH",
+        help="Profile name (see `rlinfra profiles`) or YAML path.",
+    ),
 ]
 
 
 ClusterOpt = Annotated[
-    str | None, typer.Option("--cluster", "-c", help="Cluster name (default: the profile's name).")
+    str | None,
+    typer.Option(
+        "--cluster", "-c", metavar="NAME", help="Cluster name (default: the profile's name)."
+    ),
 ]
 
 
-NodesOpt = Annotated[int | None, typer.Option("--num-nodes", "-n", help="Override node count.")]
+NodesOpt = Annotated[
+    int | None, typer.Option("--num-nodes", "-n", metavar="N", help="Override node count.")
+]
 
 
 EnvOpt = Annotated[
-    list[str] | None, typer.Option("--env", "-e", help="Override an env var: NAME=VALUE (repeat).")
+    list[str] | None,
+    typer.Option(
+        "--env", "-e", metavar="NAME=VALUE", help="Override an env var: NAME=VALUE (repeat)."
+    ),
 ]
 
 
@@ -60,6 +73,7 @@ SecretOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--secret",
+        metavar="NAME[=@FILE|=-]",
         help="Secret NAME: the value from your environment; NAME=@FILE: from a file; NAME=-: "
         "from standard input; NAME=VALUE puts it in process arguments (warned). Never written "
         "to disk or logs; validate, render and plan need no value.",
@@ -69,7 +83,12 @@ SecretOpt = Annotated[
 
 AccOpt = Annotated[
     str | None,
-    typer.Option("--accelerators", "--gpus", help="Override accelerators, e.g. H100:8,A100:8."),
+    typer.Option(
+        "--accelerators",
+        "--gpus",
+        metavar="GPU:N",
+        help="Override accelerators, e.g. H100:8,A100:8.",
+    ),
 ]
 
 
@@ -77,6 +96,7 @@ CidrOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--allow-cidr",
+        metavar="CIDR",
         help="Also allow SSH from this CIDR (repeat); added to network.allowed_cidrs.",
     ),
 ]
@@ -86,6 +106,7 @@ CloudOpt = Annotated[
     str | None,
     typer.Option(
         "--cloud",
+        metavar="CLOUD",
         help="Plan on this one of the profile's candidate clouds (`cloud: [aws, gcp]`) instead "
         "of the cheapest.",
     ),

@@ -114,7 +114,8 @@ def _run_recovering(
 def logs(
     cluster: ClusterArg,
     job: Annotated[
-        str | None, typer.Option("--job", help="Submission id (default: the latest job).")
+        str | None,
+        typer.Option("--job", metavar="ID", help="Submission id (default: the latest job)."),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep streaming until the job ends.")

@@ -15,7 +15,9 @@ from rlinfra.errors import NodeUnreachableError
 def exec_(
     cluster: ClusterArg,
     command: Annotated[list[str], typer.Argument(help="Command to run (after --).")],
-    node: Annotated[int, typer.Option("--node", help="Node rank to run on (0 = head).")] = 0,
+    node: Annotated[
+        int, typer.Option("--node", metavar="RANK", help="Node rank to run on (0 = head).")
+    ] = 0,
     all_nodes: Annotated[bool, typer.Option("--all", help="Run on every node, in order.")] = False,
 ) -> None:
     """Run a command on a node with the node environment (RLINFRA_*, SKYPILOT_*) loaded."""
@@ -45,7 +47,7 @@ def exec_(
 
 def ssh(
     cluster: ClusterArg,
-    node: Annotated[int, typer.Option("--node", help="Node rank (0 = head).")] = 0,
+    node: Annotated[int, typer.Option("--node", metavar="RANK", help="Node rank (0 = head).")] = 0,
 ) -> None:
     """Open an interactive shell on a node."""
     from rlinfra.ops.nodes import node_of

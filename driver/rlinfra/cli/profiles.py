@@ -87,7 +87,9 @@ def validate(
 
 
 def render(
-    out: Annotated[str, typer.Option("--out", "-o", help="Folder to write the files into.")],
+    out: Annotated[
+        str, typer.Option("--out", "-o", metavar="PATH", help="Folder to write the files into.")
+    ],
     profile: ProfileOpt = None,
     cluster: ClusterOpt = None,
     num_nodes: NodesOpt = None,
@@ -133,7 +135,10 @@ def plan(
         ),
     ] = False,
     out: Annotated[
-        str | None, typer.Option("--out", "-o", help="Deployment folder (default: the cluster's).")
+        str | None,
+        typer.Option(
+            "--out", "-o", metavar="PATH", help="Deployment folder (default: the cluster's)."
+        ),
     ] = None,
     json_out: JsonOpt = False,
     detailed_exitcode: Annotated[
@@ -261,11 +266,15 @@ def lock(
     pin_set: Annotated[str, typer.Argument(help="Pin set name (see software.pin_set).")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Lock file to write (default: the packaged one)."),
+        typer.Option(
+            "--out", "-o", metavar="PATH", help="Lock file to write (default: the packaged one)."
+        ),
     ] = None,
     find_links: Annotated[
         list[str] | None,
-        typer.Option("--find-links", help="Also look for wheels in this folder (repeat)."),
+        typer.Option(
+            "--find-links", metavar="FOLDER", help="Also look for wheels in this folder (repeat)."
+        ),
     ] = None,
 ) -> None:
     """Resolve a pin set into a hash-pinned lock file that nodes install exactly."""
