@@ -238,8 +238,7 @@ def _variables(plan: Plan, workload: Workload, expand: _Expander) -> None:
         v["MODEL"] = expand(workload.model, "workload.model")
     if workload.data is not None:
         v["DATA_DIR"] = expand(workload.data.dir_or_default, "workload.data.dir")
-    training = workload.type != "search-inference"
-    if workload.search_tool is not None and training and "CHECKPOINT_DIR" in v:
+    if workload.search_tool is not None and workload.kind.trains and "CHECKPOINT_DIR" in v:
         v["TOOL_CONFIG"] = v["CHECKPOINT_DIR"] + "/rlinfra/search_tool_config.yaml"
 
 
@@ -336,13 +335,13 @@ def _overrides(
     model = expand.variables["MODEL"]
     derived["actor_rollout_ref.model.path"] = model
     estimator = out.get("algorithm.adv_estimator")
-    if workload.type in ("grpo", "search-grpo"):
-        derived["algorithm.adv_estimator"] = "grpo"
+    if workload.kind.estimator != "gae":
+        derived["algorithm.adv_estimator"] = str(workload.kind.estimator)
     elif estimator is not None and estimator != "gae":
         raise ProfileError(
             source,
             "workload.overrides.algorithm.adv_estimator",
-            f"a ppo workload uses gae, not {estimator}",
+            f"a {workload.type} workload uses gae, not {estimator}",
             "Set workload.type: grpo for GRPO.",
         )
     if _uses_critic(workload, out):
@@ -399,7 +398,7 @@ def _uses_critic(workload: Workload, overrides: Mapping[str, str]) -> bool:
     enable = overrides.get("critic.enable")
     if enable is not None and enable.lower() != "null":
         return enable.lower() == "true"
-    return workload.type == "ppo"
+    return workload.kind.critic
 
 
 def _flag(overrides: Mapping[str, str], key: str) -> bool:
@@ -596,7 +595,7 @@ def job_spec(plan: Plan) -> JobSpec:
     workload = profile.workload
     if workload is None:
         raise UsageError(f"{plan.source}: workload: the profile has no workload to run")
-    if workload.type == "search-inference":
+    if not workload.kind.trains:
         inference = workload.inference or Inference()
         if inference.search == "google":
             for name in ("GOOGLE_API_KEY", "GOOGLE_CSE_ID"):
@@ -607,7 +606,7 @@ def job_spec(plan: Plan) -> JobSpec:
                         f"Google search needs {name} declared as a required secret",
                         f"Add secrets: {{{name}: required}}.",
                     )
-    if workload.type != "search-inference" and not profile.storage:
+    if workload.kind.trains and not profile.storage:
         raise ProfileError(
             plan.source,
             "storage",
@@ -631,9 +630,10 @@ def job_spec(plan: Plan) -> JobSpec:
             )
         runtime_env[name] = expand(value, f"workload.runtime_env.{name}")
 
-    training = workload.type != "search-inference"
     # Spot: the trainer saves when a node's preemption notice comes (the patched launcher).
-    notice_dir = spot_notice_dir(plan) if training and workload.program == "verl" else None
+    notice_dir = (
+        spot_notice_dir(plan) if workload.kind.trains and workload.program == "verl" else None
+    )
     if notice_dir is not None:
         if NOTICE_DIR_ENV in runtime_env:
             raise ProfileError(
@@ -666,7 +666,7 @@ def job_spec(plan: Plan) -> JobSpec:
             probes.append(Step("probe-retrieval", probe))
 
     when_secret: tuple[tuple[str, str], ...] = ()
-    if workload.type == "search-inference":
+    if not workload.kind.trains:
         entrypoint = _inference_entrypoint(workload, expand, url)
     else:
         overrides = _overrides(plan, workload, expand, config)
@@ -695,9 +695,7 @@ def job_spec(plan: Plan) -> JobSpec:
         runtime_env_vars=dict(sorted(runtime_env.items())),
         data_steps=_data_steps(workload, expand),
         after_steps=(
-            _after_steps(workload, expand) + _serve_steps(plan)
-            if workload.type != "search-inference"
-            else ()
+            _after_steps(workload, expand) + _serve_steps(plan) if workload.kind.trains else ()
         ),
         submission_prefix=f"rlinfra-{plan.cluster}-{workload.type}",
         checkpoint_dir=expand.variables.get("CHECKPOINT_DIR"),

@@ -81,17 +81,11 @@ def _spot_watch_vars(plan: Plan) -> dict[str, Any]:
     }
 
 
-# Workloads whose GPU processes share CUDA tensors (a rollout engine beside the trainer), and
-# what their hosts need: the reference ran them in containers with --cap-add=SYS_PTRACE and
-# --shm-size=16g.
-SHARED_TENSOR_WORKLOADS = ("search-grpo", "search-inference")
-
-
 def _host_vars(plan: Plan) -> dict[str, Any]:
     workload = plan.profile.workload
     if plan.gpus_per_node == 0 or workload is None:
         return {}
-    if workload.type not in SHARED_TENSOR_WORKLOADS:
+    if not workload.kind.shares_cuda_tensors:
         return {}
     return {"base_ptrace_scope": "0", "base_min_shm_gib": 16}
 

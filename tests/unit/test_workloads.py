@@ -564,3 +564,14 @@ def test_tensor_sharing_workloads_get_ptrace_and_shared_memory_on_their_hosts() 
     ppo = ansible_vars(plan_of("h100x1-ppo"), fixed_context())
     assert "base_ptrace_scope" not in ppo and "base_min_shm_gib" not in ppo
     assert "base_ptrace_scope" not in ansible_vars(plan_of_local(), fixed_context())
+
+
+def test_every_workload_type_has_one_kind_and_a_profile_reads_it() -> None:
+    from typing import get_args
+
+    from rlinfra.workloads.model import KINDS, WorkloadType
+
+    assert sorted(KINDS) == sorted(get_args(WorkloadType))
+    profile, _ = load_profile("search-grpo")
+    assert profile.workload is not None and profile.workload.kind is KINDS["search-grpo"]
+    assert profile.workload.kind.needs_search_tool and profile.workload.kind.trains

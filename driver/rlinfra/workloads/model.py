@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -22,6 +23,45 @@ from pydantic import Field, field_validator, model_validator
 from rlinfra.strict import StrictModel
 
 WorkloadType = Literal["ppo", "grpo", "search-grpo", "search-inference"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a workload type is, for every part of rlinfra that asks (no branches on the name)."""
+
+    # Runs Verl's trainer: Verl overrides, a model and data, checkpoints in a bucket, the steps
+    # after training (merge, serve); otherwise it runs inference only.
+    trains: bool
+    # Verl's algorithm.adv_estimator it needs ("gae": PPO; "grpo"); None: no trainer.
+    estimator: str | None
+    # Trains a critic unless the overrides say (critic.enable).
+    critic: bool
+    # Calls the search tool (the retrieval service) and needs workload.search_tool.
+    needs_search_tool: bool
+    # GPU processes share CUDA tensors (a rollout engine beside the trainer): the hosts need
+    # ptrace between processes and a large /dev/shm (the reference ran them in containers with
+    # --cap-add=SYS_PTRACE and --shm-size=16g).
+    shares_cuda_tensors: bool
+
+
+KINDS: dict[str, Kind] = {
+    "ppo": Kind(
+        trains=True, estimator="gae", critic=True, needs_search_tool=False,
+        shares_cuda_tensors=False,
+    ),
+    "grpo": Kind(
+        trains=True, estimator="grpo", critic=False, needs_search_tool=False,
+        shares_cuda_tensors=False,
+    ),
+    "search-grpo": Kind(
+        trains=True, estimator="grpo", critic=False, needs_search_tool=True,
+        shares_cuda_tensors=True,
+    ),
+    "search-inference": Kind(
+        trains=False, estimator=None, critic=False, needs_search_tool=False,
+        shares_cuda_tensors=True,
+    ),
+}  # fmt: skip
 Program = Literal["verl"]
 Dataset = Literal["gsm8k", "math", "rstar-coder", "search-r1"]
 
@@ -268,11 +308,15 @@ class Workload(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
+    @property
+    def kind(self) -> Kind:
+        return KINDS[self.type]
+
     @model_validator(mode="after")
     def _shape(self) -> Workload:
         if self.config_path is not None and self.config_name is None:
             raise ValueError("config_path needs config_name")
-        if self.type == "search-inference":
+        if not self.kind.trains:
             if self.overrides:
                 raise ValueError("search-inference runs no Verl trainer: remove overrides")
             if self.config_name is not None or self.after.merge is not None:
@@ -286,6 +330,6 @@ class Workload(_Strict):
                 raise ValueError(f"a {self.type} workload needs model")
             if self.data is None:
                 raise ValueError(f"a {self.type} workload needs data")
-        if self.type == "search-grpo" and self.search_tool is None:
-            raise ValueError("search-grpo needs search_tool (the retrieval service it calls)")
+        if self.kind.needs_search_tool and self.search_tool is None:
+            raise ValueError(f"{self.type} needs search_tool (the retrieval service it calls)")
         return self
