@@ -17,7 +17,7 @@ What is checked, each named in the spec (JSON, the only argument):
   and, with ``head.serve`` set, the Serve application runs its replicas (and its front, the
   endpoint, runs on the head when ``head.serve.front`` names it).
 
-Prints ``{"ok": bool, "problems": [...]}``; exits 0 whatever it finds (1 only on a bad spec).
+Prints ``{"ok": bool, "problems": [{"kind": ..., "text": ...}, ...]}``; exits 0 whatever it finds (1 only on a bad spec).
 """
 
 from __future__ import annotations
@@ -163,9 +163,20 @@ def check_head(head: dict[str, Any], timeout: float) -> list[str]:
 
 
 def verify(spec: dict[str, Any]) -> dict[str, Any]:
-    problems = check_marker(spec) + check_paths(spec) + check_raylet(spec)
+    """Every check, each problem with its kind: "config" (the marker, the contract's files),
+    "mount" (a bucket), "ray" (the raylet, or the head's view of the cluster) or "service" (a
+    Serve application)."""
+    problems = [{"kind": "config", "text": text} for text in check_marker(spec)]
+    problems += [
+        {"kind": "mount" if text.endswith("is not mounted") else "config", "text": text}
+        for text in check_paths(spec)
+    ]
+    problems += [{"kind": "ray", "text": text} for text in check_raylet(spec)]
     if spec.get("head"):
-        problems += check_head(spec["head"], float(spec.get("timeout_s", 10)))
+        problems += [
+            {"kind": "service" if text.startswith("the Serve ") else "ray", "text": text}
+            for text in check_head(spec["head"], float(spec.get("timeout_s", 10)))
+        ]
     return {"ok": not problems, "problems": problems}
 
 

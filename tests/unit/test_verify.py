@@ -353,7 +353,7 @@ def test_the_probe_runs_from_standard_input_as_the_driver_sends_it(tmp_path: Pat
     )
     assert json.loads(run.stdout) == {
         "ok": False,
-        "problems": ["no Ray raylet of 10.9.9.9 joined to 10.9.9.1:6379"],
+        "problems": [{"kind": "ray", "text": "no Ray raylet of 10.9.9.9 joined to 10.9.9.1:6379"}],
     }
     bad = subprocess.run(
         [sys.executable, "-I", "-", json.dumps({"digest": "x"})],
@@ -364,3 +364,32 @@ def test_the_probe_runs_from_standard_input_as_the_driver_sends_it(tmp_path: Pat
     )
     assert bad.returncode == 1
     assert "the spec lacks marker, node_ip, gcs_address" in bad.stderr
+
+
+def test_each_problem_has_a_kind_and_only_reach_and_ray_count_as_lost(tmp_path: Path) -> None:
+    marker = tmp_path / "converged"
+    marker.write_text("d1\n")
+    token = "/opt/rlinfra/ray/auth_token-not-here"
+    spec = {
+        "marker": str(marker),
+        "digest": "d1",
+        "files": [token],
+        "mounts": [str(tmp_path / "bucket")],
+        "ray_helper": str(RAY_HELPER),
+        "node_ip": "10.9.9.9",
+        "gcs_address": "10.9.9.1:6379",
+    }
+    answer = verify_node.verify(spec)
+    assert [(p["kind"], p["text"]) for p in answer["problems"]] == [
+        ("config", f"{token} is missing"),
+        ("mount", f"{tmp_path / 'bucket'} is not mounted"),
+        ("ray", "no Ray raylet of 10.9.9.9 joined to 10.9.9.1:6379"),
+    ]
+    problems = [
+        verify.Problem("n1", verify.ProblemKind(p["kind"]), p["text"]) for p in answer["problems"]
+    ]
+    # A missing file whose path names Ray is the node's configuration, not a lost node.
+    assert [p.lost for p in problems] == [False, False, True]
+    assert str(problems[2]) == "n1: no Ray raylet of 10.9.9.9 joined to 10.9.9.1:6379"
+    unreachable = verify.Problem("n2", verify.ProblemKind.UNREACHABLE, "no answer within 20 s")
+    assert unreachable.lost

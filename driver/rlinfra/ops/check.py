@@ -65,12 +65,6 @@ def read_check(folder: Path) -> dict[str, Any] | None:
 CHECK_REACH_S = 20.0
 
 
-def is_lost(problem: str) -> bool:
-    """A node problem that stops an all-reduce: unreachable, or not alive in Ray."""
-    text = problem.lower()
-    return any(word in text for word in ("no answer", "did not run", "gave no answer", "ray"))
-
-
 def check(cluster: str) -> dict[str, Any]:
     from rlinfra.ops import verify
 
@@ -86,10 +80,7 @@ def check(cluster: str) -> dict[str, Any]:
                 folder, hosts, record.ansible_digest or "", timeout=CHECK_REACH_S
             )
         # A worker's own problem names the node that is gone; the head's report follows it.
-        lost = sorted(
-            (p for p in found.problems if is_lost(p)),
-            key=lambda p: p.startswith(f"{hosts[0].name}:"),
-        )
+        lost = sorted((p for p in found.problems if p.lost), key=lambda p: p.host == hosts[0].name)
         if lost:
             more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
             raise OperationError(

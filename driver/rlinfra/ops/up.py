@@ -287,7 +287,7 @@ def up(
                 ansible_changed,
                 check,
                 configured,
-                verified.problems if verified is not None else [],
+                [str(p) for p in verified.problems] if verified is not None else [],
                 replaced,
                 seconds,
             )

@@ -11,6 +11,7 @@ problem: the playbook runs as usual and repairs it. `rlinfra up --full` always r
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import os
@@ -40,14 +41,41 @@ HASH_LIMIT = 4 << 20
 SHIPPED_LIST_KEYS = ("python_env_find_links",)
 
 
+class ProblemKind(str, enum.Enum):
+    """What kind of thing is wrong on a node."""
+
+    UNREACHABLE = "unreachable"  # SSH or the check itself gave no answer
+    CONFIG = "config"  # the configuration marker or a file of the node contract
+    MOUNT = "mount"  # a bucket is not mounted
+    RAY = "ray"  # its raylet, or (on the head) the cluster Ray sees
+    SERVICE = "service"  # a Serve application
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem a node's check found."""
+
+    host: str
+    kind: ProblemKind
+    text: str
+
+    @property
+    def lost(self) -> bool:
+        """Whether it stops an all-reduce: the node cannot be reached or is gone from Ray."""
+        return self.kind in (ProblemKind.UNREACHABLE, ProblemKind.RAY)
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.text}"
+
+
 @dataclass
 class Verification:
     ok: bool
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     @property
     def reason(self) -> str:
-        return self.problems[0] if self.problems else ""
+        return str(self.problems[0]) if self.problems else ""
 
 
 def _file_identity(path: Path) -> bytes:
@@ -156,24 +184,30 @@ def _probe_source() -> bytes:
 
 def verify_node(
     folder: Path, host: Host, spec: dict[str, Any], probe: bytes, timeout: float = 60
-) -> list[str]:
+) -> list[Problem]:
     """Problems found on ``host`` by ``probe`` (verify_node's source); empty: it verified."""
     import shlex
+
+    def unreachable(text: str) -> list[Problem]:
+        return [Problem(host.name, ProblemKind.UNREACHABLE, text)]
 
     python = spec["python"]
     command = f"{shlex.quote(python)} -I - {shlex.quote(json.dumps(spec))}"
     try:
         result = ssh.run(folder, host, command, capture=True, timeout=timeout, stdin=probe)
     except subprocess.TimeoutExpired:
-        return [f"{host.name}: no answer within {timeout:.0f} s"]
+        return unreachable(f"no answer within {timeout:.0f} s")
     if result.returncode != 0:
         last = (result.stderr or "").strip().splitlines() or [f"exit status {result.returncode}"]
-        return [f"{host.name}: the check did not run ({last[-1][:200]})"]
+        return unreachable(f"the check did not run ({last[-1][:200]})")
     try:
         answer = json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return [f"{host.name}: the check gave no answer"]
-    return [f"{host.name}: {problem}" for problem in answer.get("problems", [])]
+        return [
+            Problem(host.name, ProblemKind(item["kind"]), str(item["text"]))
+            for item in answer.get("problems", [])
+        ]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return unreachable("the check gave no answer")
 
 
 def verify_cluster(
