@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from helpers.emulators import REGION, AwsEmulator, free_port
-from rlinfra.clouds.aws.cloud import preflight as aws_preflight
+from rlinfra.clouds.aws import preflight as aws_preflight
 from rlinfra.clouds.aws.preflight import AwsTarget, preflight
 from rlinfra.errors import UsageError
 

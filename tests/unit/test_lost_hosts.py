@@ -78,7 +78,7 @@ def mark(root: Path, name: str) -> None:
 
 
 def test_nothing_is_replaced_while_every_host_is_there(root: Path) -> None:
-    assert local.gone_resources("cluster", root, state(node(0), node(1))) == []
+    assert local.CLOUD.gone_resources("cluster", root, state(node(0), node(1))) == []
     assert calls(root) == [
         "bridge-check rlb-abcd    disk=unset",
         "node-check rlb-abcd rl-abcd-0 rlvabcd0 /var/lib/nodes/c-0 disk=4g",
@@ -88,7 +88,7 @@ def test_nothing_is_replaced_while_every_host_is_there(root: Path) -> None:
 
 def test_a_lost_node_alone_is_replaced(root: Path) -> None:
     mark(root, "gone-rl-abcd-1")
-    found = local.gone_resources("cluster", root, state(node(0), node(1)))
+    found = local.CLOUD.gone_resources("cluster", root, state(node(0), node(1)))
     assert found == [
         Gone("module.cluster.terraform_data.node[1]", "node c-1", "its sshd is not running")
     ]
@@ -96,7 +96,7 @@ def test_a_lost_node_alone_is_replaced(root: Path) -> None:
 
 def test_a_lost_bridge_takes_every_node_with_it(root: Path) -> None:
     mark(root, "gone-rlb-abcd")
-    found = local.gone_resources("cluster", root, state(node(0), node(1)))
+    found = local.CLOUD.gone_resources("cluster", root, state(node(0), node(1)))
     assert [(g.address, g.reason) for g in found] == [
         ("module.cluster.terraform_data.bridge", "no such link"),
         ("module.cluster.terraform_data.node[0]", "its bridge is gone"),
@@ -106,20 +106,22 @@ def test_a_lost_bridge_takes_every_node_with_it(root: Path) -> None:
 
 
 def test_hosts_made_before_disks_were_sized_are_checked_as_plain_folders(root: Path) -> None:
-    local.gone_resources("cluster", root, state(node(0, disk_size=None), node(1, disk_size="")))
+    local.CLOUD.gone_resources(
+        "cluster", root, state(node(0, disk_size=None), node(1, disk_size=""))
+    )
     assert [c.split()[-1] for c in calls(root)[1:]] == ["disk=", "disk="]
 
 
 def test_only_the_cluster_root_holds_hosts(root: Path) -> None:
-    assert local.gone_resources("storage", root, state(node(0))) == []
-    assert local.gone_resources("cluster", root, {}) == []
+    assert local.CLOUD.gone_resources("storage", root, state(node(0))) == []
+    assert local.CLOUD.gone_resources("cluster", root, {}) == []
     assert calls(root) == []
 
 
 def test_a_check_that_cannot_run_is_an_error_not_a_lost_host(root: Path) -> None:
     mark(root, "broken")
     with pytest.raises(OperationError, match=r"bridge-check failed \(exit 1\): .*ip: not found"):
-        local.gone_resources("cluster", root, state(node(0)))
+        local.CLOUD.gone_resources("cluster", root, state(node(0)))
 
 
 class SavedPlan:

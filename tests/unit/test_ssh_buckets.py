@@ -82,7 +82,7 @@ def test_an_emulators_endpoint_reaches_terraform_and_the_role(
     plan = make_plan(profile_from_data(profile_data(key), "p.yaml", "box"), "p.yaml")
     controller = Controller("uv", "python3", None, aws_endpoint="http://10.9.0.1:5000")
     ctx = Context(tmp_path, tmp_path, tmp_path, "", "t", controller)
-    storage = ssh_cloud.tfvars(plan, ctx)["storage"]
+    storage = ssh_cloud.CLOUD.tfvars(plan, ctx)["storage"]
     assert storage["endpoints"]["s3"] == "http://10.9.0.1:5000"
     assert ssh_cloud.CLOUD.root_source(plan, "storage") == ("aws", ("aws_bucket",))
     assert ssh_cloud.bucket_ansible_vars(plan, ctx)["storage_s3_endpoint"] == (

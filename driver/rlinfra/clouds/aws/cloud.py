@@ -33,44 +33,6 @@ def region(plan: Plan) -> str:
     return plan.profile.region or DEFAULT_REGION
 
 
-def site(profile: Profile, source: str, offered: set[str] | None) -> Site:
-    """Instance types that meet the profile, cheapest first (from the packaged catalog); the
-    accelerator is the chosen type's."""
-    from rlinfra.clouds.aws.catalog import Choice, choice_for, choose, load_catalog
-
-    res = profile.resources
-    candidates = res.accelerator_candidates
-    if len({c.count for c in candidates}) > 1:
-        raise UsageError(
-            f"{source}: resources.accelerators: candidates must have the same GPU count per node"
-        )
-    region_name = profile.region or DEFAULT_REGION
-    catalog = load_catalog()
-    try:
-        if res.instance_type:
-            if region_name not in catalog.regions:
-                raise ValueError(f"region {region_name!r} is not in rlinfra's AWS catalog")
-            choices: tuple[Choice, ...] = (
-                choice_for(catalog.get(res.instance_type), region_name, res.spot),
-            )
-        else:
-            choices = tuple(
-                choose(
-                    candidates or None,
-                    region_name,
-                    res.cpus,
-                    res.memory_gb,
-                    offered,
-                    spot=res.spot,
-                    catalog=catalog,
-                )
-            )
-    except ValueError as exc:
-        raise UsageError(f"{source}: resources: {exc}") from None
-    accelerator = choices[0].accelerator or (candidates[0] if candidates else None)
-    return Site(accelerator=accelerator, choices=choices)
-
-
 def _common(plan: Plan, ctx: Context) -> dict[str, Any]:
     return common_tfvars(region(plan), plan.profile.name, ctx)
 
@@ -88,36 +50,6 @@ def common_tfvars(region_name: str, profile_name: str, ctx: Context) -> dict[str
     return out
 
 
-def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-    profile = plan.profile
-    res = profile.resources
-    if plan.instance_type is None:
-        raise UsageError(f"{plan.source}: resources: no instance type was chosen")
-    cluster: dict[str, Any] = {
-        **_common(plan, ctx),
-        "cluster_name": plan.cluster,
-        "node_count": plan.num_nodes,
-        "instance_type": plan.instance_type,
-        "availability_zone": profile.zone,
-        "ami": res.image,
-        "ssh_public_key": ctx.ssh_public_key,
-        "allowed_cidrs": list(profile.network.allowed_cidrs),
-        "allow_public": profile.network.allow_public,
-        "service_ports": sorted(profile.ports),
-        "service_clients": service_clients(profile.serving),
-        "placement_group": res.placement_group and plan.num_nodes > 1,
-        "efa": profile.network.efa,
-        "spot": res.spot,
-        "spot_max_price": res.max_price,
-        "root_volume": {"size_gb": res.disk_gb, "type": res.disk_type},
-        "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,
-    }
-    out = {"cluster": cluster}
-    if plan.storage_buckets:
-        out["storage"] = {**_common(plan, ctx), "buckets": plan.storage_buckets}
-    return out
-
-
 # EC2 error codes that mean "not this instance type here, now": another candidate may work.
 CAPACITY_ERRORS = (
     "InsufficientInstanceCapacity",
@@ -131,51 +63,10 @@ CAPACITY_ERRORS = (
 )
 
 
-def capacity_error(output: str) -> str | None:
-    """The first EC2 capacity or quota error in Terraform's output (the AWS SDK writes
-    ``api error CODE: message``), else None."""
-    import re
-
-    for match in re.finditer(r"api error (?:Server\.)?([A-Za-z]+):", output):
-        if match.group(1) in CAPACITY_ERRORS:
-            return match.group(1)
-    return None
-
-
 # What Terraform's AWS provider says when it finds no credentials, and the AWS error codes of
 # credentials that AWS refuses.
 NO_CREDENTIALS = ("No valid credential sources found", "failed to refresh cached credentials")
 REFUSED_CREDENTIALS = ("InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken")
-
-
-def credentials_error(output: str) -> UsageError | None:
-    """No AWS credentials (or refused ones) in Terraform's output: the error to give; else None."""
-    import re
-
-    from rlinfra.clouds.aws.preflight import CREDENTIALS_HINT
-
-    flat = " ".join(output.split())
-    if any(text in flat for text in NO_CREDENTIALS):
-        return UsageError("Terraform found no AWS credentials", CREDENTIALS_HINT)
-    for match in re.finditer(r"api error ([A-Za-z]+):", flat):
-        if match.group(1) in REFUSED_CREDENTIALS:
-            return UsageError(
-                f"AWS did not accept the credentials ({match.group(1)})", CREDENTIALS_HINT
-            )
-    return None
-
-
-def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
-    return {
-        "ansible_python_interpreter": "/usr/bin/python3",
-        # The controller reaches the nodes over the internet: compress SSH (ansible.cfg does not).
-        "ansible_ssh_common_args": "-C",
-        "base_manage_limits": True,
-        "base_extra_packages": ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"],
-        "node_env_efa": plan.profile.network.efa,
-        "storage_backend": "s3",
-        "storage_s3_region": region(plan),
-    }
 
 
 CREDENTIAL_VARIABLES = (
@@ -199,79 +90,6 @@ def credentials_configured(environ: Mapping[str, str]) -> bool:
     return any(Path(f).is_file() for f in files)
 
 
-def account_id(environ: Mapping[str, str], required: bool) -> str | None:
-    """The AWS account id (STS GetCallerIdentity), for default bucket names.
-
-    Not ``required`` (`plan`, `render`): asked only where credentials are configured, and a
-    failure leaves the name's suffix unknown (with a warning). ``required`` (`up`): a failure is
-    the preflight's one-line error.
-    """
-    from rlinfra import ui
-    from rlinfra.clouds.aws.preflight import check_credentials
-
-    if not required and not credentials_configured(environ):
-        return None
-    endpoint = environ.get("RLINFRA_AWS_ENDPOINT_URL") or None
-    try:
-        return check_credentials(endpoint_url=endpoint)["account"] or None
-    except UsageError as exc:
-        if required:
-            raise
-        ui.warn(f"default bucket names need the AWS account id: {exc.message}")
-        return None
-
-
-def check_inputs(plan: Plan) -> None:
-    """What `up` needs that the profile and flags alone decide (no cloud call)."""
-    if plan.instance_type is None:
-        raise UsageError(f"{plan.source}: resources: no instance type was chosen")
-    if not plan.profile.network.allowed_cidrs:
-        raise UsageError(
-            f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to configure "
-            "the nodes",
-            "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
-            "network.allowed_cidrs in the profile.",
-        )
-
-
-def preflight(plan: Plan) -> None:
-    """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
-    from rlinfra import ui
-    from rlinfra.clouds.aws.preflight import AwsTarget
-    from rlinfra.clouds.aws.preflight import preflight as run
-
-    check_inputs(plan)
-    assert plan.instance_type is not None
-    report = run(
-        AwsTarget(
-            region=region(plan),
-            instance_type=plan.instance_type,
-            node_count=plan.num_nodes,
-            zone=plan.profile.zone,
-            spot=plan.profile.resources.spot,
-            bucket=plan.storage_buckets[0] if plan.storage_buckets else None,
-        ),
-        endpoint_url=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
-    )
-    for warning in report.warnings:
-        ui.warn(warning)
-
-
-def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
-    inventory = outputs["inventory"]["value"]
-    return [
-        Host(
-            name=node["name"],
-            rank=int(node["rank"]),
-            ssh_host=node["ssh_host"],
-            private_ip=node["private_ip"],
-            interface=node.get("interface") or "",
-            ssh_user=inventory["ssh_user"],
-        )
-        for node in inventory["nodes"]
-    ]
-
-
 def _s3_client(folder: Path) -> Any:
     """boto3 S3 for the deployment's storage root (its region and, for an emulator, endpoint)."""
     import boto3
@@ -288,45 +106,6 @@ def _s3_failed(bucket: str, exc: Exception) -> OperationError:
     )
 
 
-def bucket_versions(folder: Path, bucket: str) -> int:
-    """Object versions and delete markers in ``bucket`` (0 when it is gone)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    s3 = _s3_client(folder)
-    count = 0
-    try:
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-            count += len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
-            return 0
-        raise _s3_failed(bucket, exc) from None
-    except BotoCoreError as exc:
-        raise _s3_failed(bucket, exc) from None
-    return count
-
-
-def empty_bucket(folder: Path, bucket: str) -> int:
-    """Delete every object version and delete marker of ``bucket`` (after `down` asked)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    s3 = _s3_client(folder)
-    deleted = 0
-    try:
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-            items = [
-                {"Key": item["Key"], "VersionId": item["VersionId"]}
-                for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
-            ]
-            for start in range(0, len(items), 1000):
-                chunk = items[start : start + 1000]
-                s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
-                deleted += len(chunk)
-    except (BotoCoreError, ClientError) as exc:
-        raise _s3_failed(bucket, exc) from None
-    return deleted
-
-
 class AwsCloud(Cloud):
     """GPU instances in a VPC with a cluster placement group; buckets in S3."""
 
@@ -334,37 +113,218 @@ class AwsCloud(Cloud):
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
-        return site(profile, source, offered)
+        """Instance types that meet the profile, cheapest first (from the packaged catalog); the
+        accelerator is the chosen type's."""
+        from rlinfra.clouds.aws.catalog import Choice, choice_for, choose, load_catalog
+
+        res = profile.resources
+        candidates = res.accelerator_candidates
+        if len({c.count for c in candidates}) > 1:
+            raise UsageError(
+                f"{source}: resources.accelerators: candidates must have the same GPU count "
+                "per node"
+            )
+        region_name = profile.region or DEFAULT_REGION
+        catalog = load_catalog()
+        try:
+            if res.instance_type:
+                if region_name not in catalog.regions:
+                    raise ValueError(f"region {region_name!r} is not in rlinfra's AWS catalog")
+                choices: tuple[Choice, ...] = (
+                    choice_for(catalog.get(res.instance_type), region_name, res.spot),
+                )
+            else:
+                choices = tuple(
+                    choose(
+                        candidates or None,
+                        region_name,
+                        res.cpus,
+                        res.memory_gb,
+                        offered,
+                        spot=res.spot,
+                        catalog=catalog,
+                    )
+                )
+        except ValueError as exc:
+            raise UsageError(f"{source}: resources: {exc}") from None
+        accelerator = choices[0].accelerator or (candidates[0] if candidates else None)
+        return Site(accelerator=accelerator, choices=choices)
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-        return tfvars(plan, ctx)
+        profile = plan.profile
+        res = profile.resources
+        if plan.instance_type is None:
+            raise UsageError(f"{plan.source}: resources: no instance type was chosen")
+        cluster: dict[str, Any] = {
+            **_common(plan, ctx),
+            "cluster_name": plan.cluster,
+            "node_count": plan.num_nodes,
+            "instance_type": plan.instance_type,
+            "availability_zone": profile.zone,
+            "ami": res.image,
+            "ssh_public_key": ctx.ssh_public_key,
+            "allowed_cidrs": list(profile.network.allowed_cidrs),
+            "allow_public": profile.network.allow_public,
+            "service_ports": sorted(profile.ports),
+            "service_clients": service_clients(profile.serving),
+            "placement_group": res.placement_group and plan.num_nodes > 1,
+            "efa": profile.network.efa,
+            "spot": res.spot,
+            "spot_max_price": res.max_price,
+            "root_volume": {"size_gb": res.disk_gb, "type": res.disk_type},
+            "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,
+        }
+        out = {"cluster": cluster}
+        if plan.storage_buckets:
+            out["storage"] = {**_common(plan, ctx), "buckets": plan.storage_buckets}
+        return out
 
     def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
-        return ansible_vars(plan, ctx)
+        return {
+            "ansible_python_interpreter": "/usr/bin/python3",
+            # The controller reaches the nodes over the internet: compress SSH (not in ansible.cfg).
+            "ansible_ssh_common_args": "-C",
+            "base_manage_limits": True,
+            "base_extra_packages": (
+                ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"]
+            ),
+            "node_env_efa": plan.profile.network.efa,
+            "storage_backend": "s3",
+            "storage_s3_region": region(plan),
+        }
 
     def check_inputs(self, plan: Plan) -> None:
-        check_inputs(plan)
+        """What `up` needs that the profile and flags alone decide (no cloud call)."""
+        if plan.instance_type is None:
+            raise UsageError(f"{plan.source}: resources: no instance type was chosen")
+        if not plan.profile.network.allowed_cidrs:
+            raise UsageError(
+                f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to "
+                "configure the nodes",
+                "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
+                "network.allowed_cidrs in the profile.",
+            )
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
-        return account_id(environ, required)
+        """The AWS account id (STS GetCallerIdentity), for default bucket names.
+
+        Not ``required`` (`plan`, `render`): asked only where credentials are configured, and a
+        failure leaves the name's suffix unknown (with a warning). ``required`` (`up`): a failure is
+        the preflight's one-line error.
+        """
+        from rlinfra import ui
+        from rlinfra.clouds.aws.preflight import check_credentials
+
+        if not required and not credentials_configured(environ):
+            return None
+        endpoint = environ.get("RLINFRA_AWS_ENDPOINT_URL") or None
+        try:
+            return check_credentials(endpoint_url=endpoint)["account"] or None
+        except UsageError as exc:
+            if required:
+                raise
+            ui.warn(f"default bucket names need the AWS account id: {exc.message}")
+            return None
 
     def preflight(self, plan: Plan) -> None:
-        preflight(plan)
+        """Credentials, region, zone offering, vCPU quota and bucket, before Terraform runs."""
+        from rlinfra import ui
+        from rlinfra.clouds.aws.preflight import AwsTarget
+        from rlinfra.clouds.aws.preflight import preflight as run
+
+        self.check_inputs(plan)
+        assert plan.instance_type is not None
+        report = run(
+            AwsTarget(
+                region=region(plan),
+                instance_type=plan.instance_type,
+                node_count=plan.num_nodes,
+                zone=plan.profile.zone,
+                spot=plan.profile.resources.spot,
+                bucket=plan.storage_buckets[0] if plan.storage_buckets else None,
+            ),
+            endpoint_url=os.environ.get("RLINFRA_AWS_ENDPOINT_URL") or None,
+        )
+        for warning in report.warnings:
+            ui.warn(warning)
 
     def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        return hosts_from_outputs(outputs)
+        inventory = outputs["inventory"]["value"]
+        return [
+            Host(
+                name=node["name"],
+                rank=int(node["rank"]),
+                ssh_host=node["ssh_host"],
+                private_ip=node["private_ip"],
+                interface=node.get("interface") or "",
+                ssh_user=inventory["ssh_user"],
+            )
+            for node in inventory["nodes"]
+        ]
 
     def capacity_error(self, output: str) -> str | None:
-        return capacity_error(output)
+        """The first EC2 capacity or quota error in Terraform's output (the AWS SDK writes
+        ``api error CODE: message``), else None."""
+        import re
+
+        for match in re.finditer(r"api error (?:Server\.)?([A-Za-z]+):", output):
+            if match.group(1) in CAPACITY_ERRORS:
+                return match.group(1)
+        return None
 
     def credentials_error(self, output: str) -> UsageError | None:
-        return credentials_error(output)
+        """No AWS credentials (or refused ones) in Terraform's output: the error to give;
+        else None."""
+        import re
+
+        from rlinfra.clouds.aws.preflight import CREDENTIALS_HINT
+
+        flat = " ".join(output.split())
+        if any(text in flat for text in NO_CREDENTIALS):
+            return UsageError("Terraform found no AWS credentials", CREDENTIALS_HINT)
+        for match in re.finditer(r"api error ([A-Za-z]+):", flat):
+            if match.group(1) in REFUSED_CREDENTIALS:
+                return UsageError(
+                    f"AWS did not accept the credentials ({match.group(1)})", CREDENTIALS_HINT
+                )
+        return None
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
-        return bucket_versions(folder, bucket)
+        """Object versions and delete markers in ``bucket`` (0 when it is gone)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        s3 = _s3_client(folder)
+        count = 0
+        try:
+            for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+                count += len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
+                return 0
+            raise _s3_failed(bucket, exc) from None
+        except BotoCoreError as exc:
+            raise _s3_failed(bucket, exc) from None
+        return count
 
     def empty_bucket(self, folder: Path, bucket: str) -> int:
-        return empty_bucket(folder, bucket)
+        """Delete every object version and delete marker of ``bucket`` (after `down` asked)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        s3 = _s3_client(folder)
+        deleted = 0
+        try:
+            for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+                items = [
+                    {"Key": item["Key"], "VersionId": item["VersionId"]}
+                    for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
+                ]
+                for start in range(0, len(items), 1000):
+                    chunk = items[start : start + 1000]
+                    s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+                    deleted += len(chunk)
+        except (BotoCoreError, ClientError) as exc:
+            raise _s3_failed(bucket, exc) from None
+        return deleted
 
 
 CLOUD = AwsCloud()

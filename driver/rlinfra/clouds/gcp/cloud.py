@@ -57,60 +57,6 @@ def label_value(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
 
 
-def site(profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
-    """Machine types that meet the profile, in the profile's zone or the first catalog zone of
-    its region that offers each, priced ones cheapest first, unpriced last; the accelerator is
-    the chosen type's. Refuses (naming the field) what GCP cannot do."""
-    from rlinfra.clouds.gcp.catalog import choice_for, choose, load_catalog, zone_for
-
-    res = profile.resources
-    _refuse_unsupported(profile, source, cluster)
-    region_name = region(profile)
-    catalog = load_catalog()
-    if region_name not in catalog.regions:
-        raise UsageError(
-            f"{source}: region: {region_name!r} is not in rlinfra's GCP catalog",
-            "Regions with machine types: " + ", ".join(catalog.regions) + ".",
-        )
-    zone = profile.zone
-    if zone is not None and not zone.startswith(region_name + "-"):
-        raise UsageError(
-            f"{source}: zone: {zone!r} is not in region {region_name}",
-            f"Use a zone of {region_name}, such as '{region_name}-a', or leave zone out.",
-        )
-    candidates = res.accelerator_candidates
-    try:
-        if res.instance_type:
-            entry = catalog.get(res.instance_type)
-            if candidates and entry.accelerator not in candidates:
-                raise ValueError(
-                    f"instance_type {res.instance_type} has {entry.accelerator or 'no GPUs'}, "
-                    f"not one of {', '.join(str(c) for c in candidates)}"
-                )
-            placed = zone_for(entry, region_name, zone)
-            if placed is None:
-                where = f"zone {zone}" if zone else f"region {region_name}"
-                raise ValueError(f"{entry.key} is not offered in {where} by the catalog")
-            choices: tuple[Choice, ...] = (choice_for(entry, region_name, placed, res.spot),)
-        else:
-            choices = tuple(
-                choose(
-                    candidates or None,
-                    region_name,
-                    zone,
-                    res.cpus,
-                    res.memory_gb,
-                    offered,
-                    spot=res.spot,
-                    catalog=catalog,
-                )
-            )
-    except ValueError as exc:
-        raise UsageError(f"{source}: resources: {exc}") from None
-    accelerator = choices[0].accelerator or (candidates[0] if candidates else None)
-    return Site(accelerator=accelerator, choices=choices)
-
-
 def _refuse_unsupported(profile: Profile, source: str, cluster: str) -> None:
     res = profile.resources
     if not CLUSTER_NAME_RE.fullmatch(cluster):
@@ -166,148 +112,6 @@ def _common(plan: Plan) -> dict[str, Any]:
     }
 
 
-def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-    profile = plan.profile
-    res = profile.resources
-    choice = _choice(plan)
-    guest = choice.guest_accelerator
-    cluster: dict[str, Any] = {
-        **_common(plan),
-        "zone": choice.zone,
-        "cluster_name": plan.cluster,
-        "node_count": plan.num_nodes,
-        "machine_type": choice.machine_type,
-        "guest_accelerator": {"type": guest.type, "count": guest.count} if guest else None,
-        "image": res.image,
-        "boot_disk": {
-            "size_gb": res.disk_gb,
-            "type": None if res.disk_type == PROFILE_DEFAULT_DISK_TYPE else res.disk_type,
-        },
-        "ssh_public_key": ctx.ssh_public_key,
-        "allowed_cidrs": list(profile.network.allowed_cidrs),
-        "allow_public": profile.network.allow_public,
-        "service_ports": sorted(profile.ports),
-        "service_clients": service_clients(profile.serving),
-        "placement_policy": res.placement_group and plan.num_nodes > 1,
-        "spot": res.spot,
-        "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,
-    }
-    if profile.network.subnet:
-        cluster["subnet_cidr"] = profile.network.subnet
-    out = {"cluster": cluster}
-    if plan.storage_buckets:
-        out["storage"] = {**_common(plan), "buckets": plan.storage_buckets}
-    return out
-
-
-def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
-    return {
-        "ansible_python_interpreter": "/usr/bin/python3",
-        # The controller reaches the nodes over the internet: compress SSH (ansible.cfg does not).
-        "ansible_ssh_common_args": "-C",
-        "base_manage_limits": True,
-        "base_extra_packages": ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"],
-        # rclone reaches Cloud Storage as the node's service account (its bucket grant).
-        "storage_backend": "gcs",
-    }
-
-
-def check_inputs(plan: Plan) -> None:
-    """What `up` needs that the profile and flags alone decide (no cloud call)."""
-    from rlinfra.clouds.gcp.preflight import gcs_bucket_name_problem
-
-    _choice(plan)
-    if plan.profile.project is None:
-        raise UsageError(
-            f"{plan.source}: project: not set; `up` on gcp creates everything in that project",
-            "Set project: YOUR-PROJECT-ID at the top of the profile (`gcloud config get project` "
-            "shows yours).",
-        )
-    cidrs = plan.profile.network.allowed_cidrs
-    if not cidrs:
-        raise UsageError(
-            f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to configure "
-            "the nodes",
-            "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
-            "network.allowed_cidrs in the profile.",
-        )
-    ipv6 = [c for c in cidrs if ipaddress.ip_network(c).version != 4]
-    if ipv6:
-        raise UsageError(
-            f"{plan.source}: network.allowed_cidrs: {ipv6[0]} is IPv6; the GCP cluster network "
-            "is IPv4 only",
-            "Give the IPv4 addresses that may SSH in.",
-        )
-    for bucket in plan.storage_buckets:
-        problem = gcs_bucket_name_problem(bucket)
-        if problem:
-            raise UsageError(
-                f"{plan.source}: storage: bucket name {bucket!r} is not valid on Cloud Storage: "
-                f"{problem}",
-                "Name the bucket in the profile's storage section, or with "
-                "--env CHECKPOINT_BUCKET_NAME=NAME.",
-            )
-
-
-def account_id(environ: Mapping[str, str], required: bool) -> str | None:
-    """The project of Application Default Credentials, for default bucket names where the
-    profile names no project (a profile's project is taken without any call: profile_account).
-
-    Not ``required`` (`plan`, `render`): asked only where credentials are configured, and a
-    failure leaves the name's suffix unknown (with a warning). ``required``: missing
-    credentials or a missing project are one-line errors.
-    """
-    from rlinfra import ui
-    from rlinfra.clouds.gcp.preflight import credentials_configured, load_credentials
-
-    if not required and not credentials_configured(environ):
-        return None
-    try:
-        _, project = load_credentials(environ)
-    except UsageError as exc:
-        if required:
-            raise
-        ui.warn(f"default bucket names need the Google Cloud project: {exc.message}")
-        return None
-    if project is None and required:
-        raise UsageError(
-            "the Google Cloud credentials name no project, and the profile sets none",
-            "Set project: YOUR-PROJECT-ID at the top of the profile.",
-        )
-    return project
-
-
-def preflight(plan: Plan) -> None:
-    """Credentials, project and region, the zone's machine type, GPU quota and bucket, before
-    Terraform runs (gcp_preflight)."""
-    from rlinfra import ui
-    from rlinfra.clouds.gcp.catalog import load_catalog
-    from rlinfra.clouds.gcp.preflight import GcpTarget
-    from rlinfra.clouds.gcp.preflight import preflight as run
-
-    check_inputs(plan)
-    choice = _choice(plan)
-    assert plan.profile.project is not None
-    entry = load_catalog().machine_types.get(choice.instance_type)
-    report = run(
-        GcpTarget(
-            project=plan.profile.project,
-            region=choice.region,
-            zone=choice.zone,
-            machine_type=choice.machine_type,
-            node_count=plan.num_nodes,
-            accelerator=choice.accelerator,
-            guest_accelerator=choice.guest_accelerator.type if choice.guest_accelerator else None,
-            spot=plan.profile.resources.spot,
-            bucket=plan.storage_buckets[0] if plan.storage_buckets else None,
-        ),
-        os.environ,
-        catalog_zones=entry.zones.get(choice.region, ()) if entry else (),
-    )
-    for warning in report.warnings:
-        ui.warn(warning)
-
-
 # Google's answers when a zone has no capacity for the machine, or the project no quota for it
 # (Compute Engine error codes and messages, as the Google provider prints them), most specific
 # first.
@@ -321,52 +125,11 @@ CAPACITY_ERRORS: tuple[tuple[str, str], ...] = (
 )
 
 
-def capacity_error(output: str) -> str | None:
-    """The first Compute Engine capacity or quota error in Terraform's output, else None (with
-    the quota's metric where the message names it, e.g. ``QUOTA_EXCEEDED NVIDIA_H100_GPUS``)."""
-    for needle, code in CAPACITY_ERRORS:
-        if needle in output:
-            metric = re.search(r"Quota '([A-Z0-9_]+)' exceeded", output)
-            if code == "QUOTA_EXCEEDED" and metric:
-                return f"{code} {metric.group(1)}"
-            return code
-    return None
-
-
 # What Terraform's Google provider says when Application Default Credentials cannot be found.
 NO_CREDENTIALS = (
     "Attempted to load application default credentials",
     "could not find default credentials",
 )
-
-
-def credentials_error(output: str) -> UsageError | None:
-    """No Google Cloud credentials in Terraform's output: the error to give; else None."""
-    from rlinfra.clouds.gcp.preflight import CREDENTIALS_HINT
-
-    flat = " ".join(output.split())
-    if any(text in flat for text in NO_CREDENTIALS):
-        return UsageError(
-            "Terraform found no Google Cloud credentials (Application Default Credentials)",
-            CREDENTIALS_HINT,
-        )
-    return None
-
-
-def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
-    """gcp_cluster's ``inventory`` output (the cluster root passes it through)."""
-    inventory = outputs["inventory"]["value"]
-    return [
-        Host(
-            name=node["name"],
-            rank=int(node["rank"]),
-            ssh_host=node["ssh_host"],
-            private_ip=node["private_ip"],
-            interface=node.get("interface") or "",
-            ssh_user=inventory["ssh_user"],
-        )
-        for node in inventory["nodes"]
-    ]
 
 
 # --- buckets (Cloud Storage JSON API) -------------------------------------------------------------
@@ -422,39 +185,6 @@ def _generations(session: Any, base: str, bucket: str) -> list[tuple[str, str]]:
             return found
 
 
-def bucket_versions(folder: Path, bucket: str) -> int:
-    """Object versions (live and noncurrent generations) in ``bucket``; 0 when it is gone."""
-    try:
-        session, base = _storage(os.environ)
-        return len(_generations(session, base, bucket))
-    except UsageError as exc:
-        raise _failed(bucket, exc) from None
-
-
-def empty_bucket(folder: Path, bucket: str) -> int:
-    """Delete every object version of ``bucket`` (after `down` asked); how many went."""
-    from rlinfra.clouds.gcp.preflight import call, error_message
-
-    deleted = 0
-    try:
-        session, base = _storage(os.environ)
-        for name, generation in _generations(session, base, bucket):
-            url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
-            params = {"generation": generation} if generation else {}
-            response = call(session, "DELETE", url, f"delete {name} from {bucket}", params=params)
-            if response.status_code == 404:
-                continue  # gone meanwhile
-            if response.status_code not in (200, 204):
-                raise OperationError(
-                    f"cannot delete {name} from bucket {bucket} ({deleted} deleted so far): "
-                    f"{error_message(response)}"
-                )
-            deleted += 1
-    except UsageError as exc:
-        raise _failed(bucket, exc) from None
-    return deleted
-
-
 class GcpCloud(Cloud):
     """GPU VMs in a VPC network with a compact placement policy; buckets in Cloud Storage."""
 
@@ -462,40 +192,272 @@ class GcpCloud(Cloud):
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
-        return site(profile, source, cluster, offered)
+        """Machine types that meet the profile, in the profile's zone or the first catalog zone of
+        its region that offers each, priced ones cheapest first, unpriced last; the accelerator is
+        the chosen type's. Refuses (naming the field) what GCP cannot do."""
+        from rlinfra.clouds.gcp.catalog import choice_for, choose, load_catalog, zone_for
+
+        res = profile.resources
+        _refuse_unsupported(profile, source, cluster)
+        region_name = region(profile)
+        catalog = load_catalog()
+        if region_name not in catalog.regions:
+            raise UsageError(
+                f"{source}: region: {region_name!r} is not in rlinfra's GCP catalog",
+                "Regions with machine types: " + ", ".join(catalog.regions) + ".",
+            )
+        zone = profile.zone
+        if zone is not None and not zone.startswith(region_name + "-"):
+            raise UsageError(
+                f"{source}: zone: {zone!r} is not in region {region_name}",
+                f"Use a zone of {region_name}, such as '{region_name}-a', or leave zone out.",
+            )
+        candidates = res.accelerator_candidates
+        try:
+            if res.instance_type:
+                entry = catalog.get(res.instance_type)
+                if candidates and entry.accelerator not in candidates:
+                    raise ValueError(
+                        f"instance_type {res.instance_type} has {entry.accelerator or 'no GPUs'}, "
+                        f"not one of {', '.join(str(c) for c in candidates)}"
+                    )
+                placed = zone_for(entry, region_name, zone)
+                if placed is None:
+                    where = f"zone {zone}" if zone else f"region {region_name}"
+                    raise ValueError(f"{entry.key} is not offered in {where} by the catalog")
+                choices: tuple[Choice, ...] = (choice_for(entry, region_name, placed, res.spot),)
+            else:
+                choices = tuple(
+                    choose(
+                        candidates or None,
+                        region_name,
+                        zone,
+                        res.cpus,
+                        res.memory_gb,
+                        offered,
+                        spot=res.spot,
+                        catalog=catalog,
+                    )
+                )
+        except ValueError as exc:
+            raise UsageError(f"{source}: resources: {exc}") from None
+        accelerator = choices[0].accelerator or (candidates[0] if candidates else None)
+        return Site(accelerator=accelerator, choices=choices)
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-        return tfvars(plan, ctx)
+        profile = plan.profile
+        res = profile.resources
+        choice = _choice(plan)
+        guest = choice.guest_accelerator
+        cluster: dict[str, Any] = {
+            **_common(plan),
+            "zone": choice.zone,
+            "cluster_name": plan.cluster,
+            "node_count": plan.num_nodes,
+            "machine_type": choice.machine_type,
+            "guest_accelerator": {"type": guest.type, "count": guest.count} if guest else None,
+            "image": res.image,
+            "boot_disk": {
+                "size_gb": res.disk_gb,
+                "type": None if res.disk_type == PROFILE_DEFAULT_DISK_TYPE else res.disk_type,
+            },
+            "ssh_public_key": ctx.ssh_public_key,
+            "allowed_cidrs": list(profile.network.allowed_cidrs),
+            "allow_public": profile.network.allow_public,
+            "service_ports": sorted(profile.ports),
+            "service_clients": service_clients(profile.serving),
+            "placement_policy": res.placement_group and plan.num_nodes > 1,
+            "spot": res.spot,
+            "bucket_name": plan.storage_buckets[0] if plan.storage_buckets else None,
+        }
+        if profile.network.subnet:
+            cluster["subnet_cidr"] = profile.network.subnet
+        out = {"cluster": cluster}
+        if plan.storage_buckets:
+            out["storage"] = {**_common(plan), "buckets": plan.storage_buckets}
+        return out
 
     def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
-        return ansible_vars(plan, ctx)
+        return {
+            "ansible_python_interpreter": "/usr/bin/python3",
+            # The controller reaches the nodes over the internet: compress SSH (not in ansible.cfg).
+            "ansible_ssh_common_args": "-C",
+            "base_manage_limits": True,
+            "base_extra_packages": (
+                ["rsync", "rclone", "fuse3"] if plan.profile.storage else ["rsync"]
+            ),
+            # rclone reaches Cloud Storage as the node's service account (its bucket grant).
+            "storage_backend": "gcs",
+        }
 
     def check_inputs(self, plan: Plan) -> None:
-        check_inputs(plan)
+        """What `up` needs that the profile and flags alone decide (no cloud call)."""
+        from rlinfra.clouds.gcp.preflight import gcs_bucket_name_problem
+
+        _choice(plan)
+        if plan.profile.project is None:
+            raise UsageError(
+                f"{plan.source}: project: not set; `up` on gcp creates everything in that project",
+                "Set project: YOUR-PROJECT-ID at the top of the profile (`gcloud config get "
+                "project` shows yours).",
+            )
+        cidrs = plan.profile.network.allowed_cidrs
+        if not cidrs:
+            raise UsageError(
+                f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to "
+                "configure the nodes",
+                "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
+                "network.allowed_cidrs in the profile.",
+            )
+        ipv6 = [c for c in cidrs if ipaddress.ip_network(c).version != 4]
+        if ipv6:
+            raise UsageError(
+                f"{plan.source}: network.allowed_cidrs: {ipv6[0]} is IPv6; the GCP cluster network "
+                "is IPv4 only",
+                "Give the IPv4 addresses that may SSH in.",
+            )
+        for bucket in plan.storage_buckets:
+            problem = gcs_bucket_name_problem(bucket)
+            if problem:
+                raise UsageError(
+                    f"{plan.source}: storage: bucket name {bucket!r} is not valid on Cloud "
+                    f"Storage: {problem}",
+                    "Name the bucket in the profile's storage section, or with "
+                    "--env CHECKPOINT_BUCKET_NAME=NAME.",
+                )
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
-        return account_id(environ, required)
+        """The project of Application Default Credentials, for default bucket names where the
+        profile names no project (a profile's project is taken without any call: profile_account).
+
+        Not ``required`` (`plan`, `render`): asked only where credentials are configured, and a
+        failure leaves the name's suffix unknown (with a warning). ``required``: missing
+        credentials or a missing project are one-line errors.
+        """
+        from rlinfra import ui
+        from rlinfra.clouds.gcp.preflight import credentials_configured, load_credentials
+
+        if not required and not credentials_configured(environ):
+            return None
+        try:
+            _, project = load_credentials(environ)
+        except UsageError as exc:
+            if required:
+                raise
+            ui.warn(f"default bucket names need the Google Cloud project: {exc.message}")
+            return None
+        if project is None and required:
+            raise UsageError(
+                "the Google Cloud credentials name no project, and the profile sets none",
+                "Set project: YOUR-PROJECT-ID at the top of the profile.",
+            )
+        return project
 
     def profile_account(self, profile: Profile) -> str | None:
         return profile.project
 
     def preflight(self, plan: Plan) -> None:
-        preflight(plan)
+        """Credentials, project and region, the zone's machine type, GPU quota and bucket, before
+        Terraform runs (gcp_preflight)."""
+        from rlinfra import ui
+        from rlinfra.clouds.gcp.catalog import load_catalog
+        from rlinfra.clouds.gcp.preflight import GcpTarget
+        from rlinfra.clouds.gcp.preflight import preflight as run
+
+        self.check_inputs(plan)
+        choice = _choice(plan)
+        assert plan.profile.project is not None
+        entry = load_catalog().machine_types.get(choice.instance_type)
+        report = run(
+            GcpTarget(
+                project=plan.profile.project,
+                region=choice.region,
+                zone=choice.zone,
+                machine_type=choice.machine_type,
+                node_count=plan.num_nodes,
+                accelerator=choice.accelerator,
+                guest_accelerator=(
+                    choice.guest_accelerator.type if choice.guest_accelerator else None
+                ),
+                spot=plan.profile.resources.spot,
+                bucket=plan.storage_buckets[0] if plan.storage_buckets else None,
+            ),
+            os.environ,
+            catalog_zones=entry.zones.get(choice.region, ()) if entry else (),
+        )
+        for warning in report.warnings:
+            ui.warn(warning)
 
     def capacity_error(self, output: str) -> str | None:
-        return capacity_error(output)
+        """The first Compute Engine capacity or quota error in Terraform's output, else None (with
+        the quota's metric where the message names it, e.g. ``QUOTA_EXCEEDED NVIDIA_H100_GPUS``)."""
+        for needle, code in CAPACITY_ERRORS:
+            if needle in output:
+                metric = re.search(r"Quota '([A-Z0-9_]+)' exceeded", output)
+                if code == "QUOTA_EXCEEDED" and metric:
+                    return f"{code} {metric.group(1)}"
+                return code
+        return None
 
     def credentials_error(self, output: str) -> UsageError | None:
-        return credentials_error(output)
+        """No Google Cloud credentials in Terraform's output: the error to give; else None."""
+        from rlinfra.clouds.gcp.preflight import CREDENTIALS_HINT
+
+        flat = " ".join(output.split())
+        if any(text in flat for text in NO_CREDENTIALS):
+            return UsageError(
+                "Terraform found no Google Cloud credentials (Application Default Credentials)",
+                CREDENTIALS_HINT,
+            )
+        return None
 
     def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        return hosts_from_outputs(outputs)
+        """gcp_cluster's ``inventory`` output (the cluster root passes it through)."""
+        inventory = outputs["inventory"]["value"]
+        return [
+            Host(
+                name=node["name"],
+                rank=int(node["rank"]),
+                ssh_host=node["ssh_host"],
+                private_ip=node["private_ip"],
+                interface=node.get("interface") or "",
+                ssh_user=inventory["ssh_user"],
+            )
+            for node in inventory["nodes"]
+        ]
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
-        return bucket_versions(folder, bucket)
+        """Object versions (live and noncurrent generations) in ``bucket``; 0 when it is gone."""
+        try:
+            session, base = _storage(os.environ)
+            return len(_generations(session, base, bucket))
+        except UsageError as exc:
+            raise _failed(bucket, exc) from None
 
     def empty_bucket(self, folder: Path, bucket: str) -> int:
-        return empty_bucket(folder, bucket)
+        """Delete every object version of ``bucket`` (after `down` asked); how many went."""
+        from rlinfra.clouds.gcp.preflight import call, error_message
+
+        deleted = 0
+        try:
+            session, base = _storage(os.environ)
+            for name, generation in _generations(session, base, bucket):
+                url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
+                params = {"generation": generation} if generation else {}
+                response = call(
+                    session, "DELETE", url, f"delete {name} from {bucket}", params=params
+                )
+                if response.status_code == 404:
+                    continue  # gone meanwhile
+                if response.status_code not in (200, 204):
+                    raise OperationError(
+                        f"cannot delete {name} from bucket {bucket} ({deleted} deleted so far): "
+                        f"{error_message(response)}"
+                    )
+                deleted += 1
+        except UsageError as exc:
+            raise _failed(bucket, exc) from None
+        return deleted
 
 
 CLOUD = GcpCloud()

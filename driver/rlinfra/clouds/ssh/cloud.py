@@ -7,7 +7,8 @@ rlinfra's processes and removes the node contract; `down --purge` removes all th
 installed. Buckets: local buckets (folders of this machine) when the hosts share its filesystem
 (``ssh.shared_filesystem``), or S3 buckets (``ssh.buckets``): Terraform makes them with this
 machine's AWS credentials (the aws cloud's storage root), and the hosts mount them with rclone
-and a key of the user's that reaches them over SSH's standard input only (``send_bucket_key``).
+and a key of the user's that reaches them over SSH's standard input only
+(``SshCloud.before_configure``).
 """
 
 from __future__ import annotations
@@ -111,63 +112,6 @@ def where(entry: SshHost, ssh: SshHosts) -> str:
     return text
 
 
-def site(profile: Profile, source: str, cluster: str) -> Site:
-    ssh = section(profile, source)
-    candidates = profile.resources.accelerator_candidates
-    if len(candidates) > 1:
-        raise UsageError(
-            f"{source}: resources.accelerators: the ssh cloud's hosts are given; declare the one "
-            "GPU kind and count they have (e.g. H100:8)"
-        )
-    if profile.storage and not ssh.shared_filesystem and ssh.buckets is None:
-        raise UsageError(
-            f"{source}: storage: local buckets (folders of this machine) need "
-            "ssh.shared_filesystem: true, and cloud buckets need ssh.buckets",
-            "Set ssh.buckets: {cloud: aws, region: REGION} (S3, mounted with a key you give), "
-            "or ssh.shared_filesystem when the hosts see RLINFRA_HOME, or remove storage.",
-        )
-    if ssh.buckets is not None:
-        named_by_env = bool(profile.env.get(BUCKET_ENV, "").strip())
-        unnamed = [
-            i
-            for i, item in enumerate(profile.storage)
-            if item.bucket is None and not (i == 0 and named_by_env)
-        ]
-        if unnamed:
-            raise UsageError(
-                f"{source}: storage[{unnamed[0]}].bucket: S3 bucket names are global, and no "
-                "account of the ssh cloud tells yours apart; give each bucket its exact name",
-                "Set storage[].bucket (or --env CHECKPOINT_BUCKET_NAME=NAME for the first).",
-            )
-    ordered = ssh.ordered()[: profile.resources.num_nodes]
-    names = tuple(node_name(h, cluster, rank) for rank, h in enumerate(ordered))
-    if len(set(names)) != len(names):
-        raise UsageError(f"{source}: ssh.hosts: two hosts are called {names[0]!r}")
-    return Site(
-        accelerator=candidates[0] if candidates else None,
-        node_names=names,
-        node_where=tuple(where(h, ssh) for h in ordered),
-    )
-
-
-def tfvars(plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-    if not plan.storage_buckets:
-        return {}
-    buckets = section(plan.profile, plan.source).buckets
-    if buckets is not None:
-        from rlinfra.clouds.aws import cloud as aws
-
-        return {
-            "storage": {
-                **aws.common_tfvars(buckets.region, plan.profile.name, ctx),
-                "buckets": plan.storage_buckets,
-            }
-        }
-    return {
-        "storage": {"buckets": plan.storage_buckets, "bucket_root": str(local.bucket_root(ctx))}
-    }
-
-
 def bucket_ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     """The storage role's S3 settings for ``ssh.buckets`` (empty without)."""
     buckets = section(plan.profile, plan.source).buckets
@@ -220,83 +164,6 @@ def key_file_script(root: str = RLINFRA_ROOT) -> str:
     )
 
 
-def send_bucket_key(plan: Plan, folder: Path, nodes: list[Host]) -> None:
-    """Write the hosts' bucket key to each host's BUCKET_CREDENTIALS (0600, its folder 0700),
-    through SSH's standard input: never in an argument, a rendered file or Ansible's hands."""
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rlinfra.runners import ssh
-
-    key = bucket_key(plan, os.environ)
-    if key is None:
-        return
-    body = key_file_body(key)
-    script = key_file_script()
-
-    def send(host: Host) -> str | None:
-        sudo = "" if host.ssh_user == "root" else "sudo -n "
-        try:
-            done = ssh.run(
-                folder,
-                host,
-                f"{sudo}sh -c {shlex.quote(script)}",
-                capture=True,
-                timeout=60,
-                stdin=body,
-            )
-        except subprocess.TimeoutExpired:
-            return f"{host.name}: no answer within 60 s"
-        except OSError as exc:
-            return f"{host.name}: {exc}"
-        if done.returncode != 0:
-            detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
-            return f"{host.name}: {detail} (exit {done.returncode})"
-        return None
-
-    with (
-        ui.step(f"bucket key to {len(nodes)} host(s) over SSH"),
-        ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool,
-    ):
-        failed = [line for line in pool.map(send, nodes) if line]
-    if failed:
-        raise OperationError(
-            f"could not give the bucket key to {len(failed)} of {len(nodes)} host(s): {failed[0]}",
-            "Fix the host and run `up` again.",
-        )
-
-
-def _s3_buckets(folder: Path) -> bool:
-    """Whether the deployment's buckets are S3 (its storage root is the aws one)."""
-    import json
-
-    tfvars = folder / "terraform" / "storage" / "terraform.tfvars.json"
-    return tfvars.is_file() and "region" in json.loads(tfvars.read_text())
-
-
-def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
-    """Hosts that share this machine's files get the local cloud's shared cache and buckets."""
-    ssh = section(plan.profile, plan.source)
-    python = plan.profile.software.python
-    if ssh.shared_filesystem:
-        return {
-            **local.ansible_vars(plan, ctx),
-            # The hosts' /etc may be this machine's (or shared): limits stay as they are.
-            "base_manage_limits": False,
-            # uv comes through SSH (the local cloud's staged copy is not made for this cloud).
-            "python_env_uv_binary_host_src": "",
-            **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
-        }
-    return {
-        "python_env_python": "python3" if python == "system" else python,
-        # Under /opt/rlinfra, so that `down --purge` takes it with everything else.
-        "python_env_cache_dir": f"{RLINFRA_ROOT}/cache/uv",
-        "storage_backend": "local",
-        "storage_local_root": "",
-        **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
-    }
-
-
 def expectations(plan: Plan) -> Expect:
     ssh = section(plan.profile, plan.source)
     profile = plan.profile
@@ -315,23 +182,6 @@ def expectations(plan: Plan) -> Expect:
         system_python=profile.software.python == "system",
         take_over=ssh.take_over,
     )
-
-
-def preflight(plan: Plan) -> None:
-    """Every host at once, read-only: refused (exit 2) with one line per failing host."""
-    nodes = hosts(plan)
-    ask = _asker(plan, nodes)
-    with ui.step(f"preflight of {len(nodes)} host(s) over SSH"):
-        failing, notes = check_hosts([h.name for h in nodes], ask, expectations(plan))
-    for note in notes:
-        ui.warn(note)
-    if failing:
-        for line in failing:
-            ui.err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
-        raise UsageError(
-            f"preflight refused {len(failing)} of {len(nodes)} host(s); nothing was changed",
-            "Fix what each line says (or pass --take-over for hosts of another cluster or Ray).",
-        )
 
 
 def detect_accelerator(plan: Plan) -> str | None:
@@ -408,15 +258,6 @@ def _argv(folder: Path, host: Host, known_hosts: str | None = None) -> list[str]
 
     # Not interactive: ssh_argv asks for BatchMode.
     return ssh.ssh_argv(folder, host, known_hosts=known_hosts)
-
-
-def with_take_over(plan: Plan) -> Plan:
-    """The plan with ``ssh.take_over`` on (`up --take-over`), for this run."""
-    import dataclasses
-
-    ssh = section(plan.profile, plan.source)
-    profile = plan.profile.model_copy(update={"ssh": ssh.model_copy(update={"take_over": True})})
-    return dataclasses.replace(plan, profile=profile)
 
 
 # ---------------------------------------------------------------- down
@@ -520,67 +361,6 @@ def _record_hosts(record: Record) -> list[Host]:
     return hosts(decide(profile, "the cluster record", {CLOUD.name: CLOUD}, record.cluster))
 
 
-def release_lines(record: Record, purge: bool) -> list[str]:
-    mounts = _mount_paths(record)
-    lines = []
-    for host in _record_hosts(record):
-        lines.append(
-            f"  release node {host.name} ({host.ssh_user}@{host.ssh_host}; the machine is kept): "
-            "stop Ray and rlinfra's processes"
-            + (f", unmount {', '.join(mounts)}" if mounts else "")
-            + f", remove the node contract ({', '.join(CONTRACT)} under {RLINFRA_ROOT})"
-        )
-        if purge:
-            lines.append(
-                f"    PURGE on {host.name}: {RLINFRA_ROOT} (venv, tools, caches), "
-                + ", ".join(SYSTEM_FILES)
-                + " (where rlinfra wrote them)"
-                + (f", the empty mount folders {', '.join(mounts)}" if mounts else "")
-            )
-    return lines
-
-
-def release_hosts(folder: Path, record: Record, purge: bool) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from rlinfra.runners import ssh
-
-    nodes = _record_hosts(record)
-    script = release_script(_mount_paths(record), purge)
-
-    def release(host: Host) -> str | None:
-        command = "sh -s" if host.ssh_user == "root" else "sudo -n sh -s"
-        try:
-            done = ssh_run(folder, host, command, script)
-        except OSError as exc:
-            return f"{host.name}: {exc}"
-        if done[0] != 0 or "released" not in done[1]:
-            detail = (done[2].strip().splitlines() or ["no output"])[-1]
-            return f"{host.name}: {detail} (exit {done[0]})"
-        return None
-
-    def ssh_run(folder: Path, host: Host, command: str, text: str) -> tuple[int, str, str]:
-        import subprocess
-
-        argv = [*ssh.ssh_argv(folder, host), command]
-        try:
-            result = subprocess.run(
-                argv, input=text, capture_output=True, text=True, timeout=180, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return 124, "", "no answer within 180 s"
-        return result.returncode, result.stdout, result.stderr
-
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
-        failed = [line for line in pool.map(release, nodes) if line]
-    if failed:
-        raise OperationError(
-            f"could not release {len(failed)} of {len(nodes)} host(s): {failed[0]}"
-            + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""),
-            "Fix the host and run `down` again; the cluster record is kept until it succeeds.",
-        )
-
-
 class SshCloud(Cloud):
     """Existing machines over SSH; local buckets when they share this machine's files, S3
     buckets (ssh.buckets) otherwise."""
@@ -594,16 +374,91 @@ class SshCloud(Cloud):
         )
 
     def with_take_over(self, plan: Plan) -> Plan:
-        return with_take_over(plan)
+        """The plan with ``ssh.take_over`` on (`up --take-over`), for this run."""
+        import dataclasses
+
+        ssh = section(plan.profile, plan.source)
+        profile = plan.profile.model_copy(
+            update={"ssh": ssh.model_copy(update={"take_over": True})}
+        )
+        return dataclasses.replace(plan, profile=profile)
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
-        return site(profile, source, cluster)
+        ssh = section(profile, source)
+        candidates = profile.resources.accelerator_candidates
+        if len(candidates) > 1:
+            raise UsageError(
+                f"{source}: resources.accelerators: the ssh cloud's hosts are given; declare the "
+                "one GPU kind and count they have (e.g. H100:8)"
+            )
+        if profile.storage and not ssh.shared_filesystem and ssh.buckets is None:
+            raise UsageError(
+                f"{source}: storage: local buckets (folders of this machine) need "
+                "ssh.shared_filesystem: true, and cloud buckets need ssh.buckets",
+                "Set ssh.buckets: {cloud: aws, region: REGION} (S3, mounted with a key you give), "
+                "or ssh.shared_filesystem when the hosts see RLINFRA_HOME, or remove storage.",
+            )
+        if ssh.buckets is not None:
+            named_by_env = bool(profile.env.get(BUCKET_ENV, "").strip())
+            unnamed = [
+                i
+                for i, item in enumerate(profile.storage)
+                if item.bucket is None and not (i == 0 and named_by_env)
+            ]
+            if unnamed:
+                raise UsageError(
+                    f"{source}: storage[{unnamed[0]}].bucket: S3 bucket names are global, and no "
+                    "account of the ssh cloud tells yours apart; give each bucket its exact name",
+                    "Set storage[].bucket (or --env CHECKPOINT_BUCKET_NAME=NAME for the first).",
+                )
+        ordered = ssh.ordered()[: profile.resources.num_nodes]
+        names = tuple(node_name(h, cluster, rank) for rank, h in enumerate(ordered))
+        if len(set(names)) != len(names):
+            raise UsageError(f"{source}: ssh.hosts: two hosts are called {names[0]!r}")
+        return Site(
+            accelerator=candidates[0] if candidates else None,
+            node_names=names,
+            node_where=tuple(where(h, ssh) for h in ordered),
+        )
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:
-        return tfvars(plan, ctx)
+        if not plan.storage_buckets:
+            return {}
+        buckets = section(plan.profile, plan.source).buckets
+        if buckets is not None:
+            from rlinfra.clouds.aws import cloud as aws
+
+            return {
+                "storage": {
+                    **aws.common_tfvars(buckets.region, plan.profile.name, ctx),
+                    "buckets": plan.storage_buckets,
+                }
+            }
+        return {
+            "storage": {"buckets": plan.storage_buckets, "bucket_root": str(local.bucket_root(ctx))}
+        }
 
     def ansible_vars(self, plan: Plan, ctx: Context) -> dict[str, Any]:
-        return ansible_vars(plan, ctx)
+        """Hosts that share this machine's files get the local cloud's shared cache and buckets."""
+        ssh = section(plan.profile, plan.source)
+        python = plan.profile.software.python
+        if ssh.shared_filesystem:
+            return {
+                **local.CLOUD.ansible_vars(plan, ctx),
+                # The hosts' /etc may be this machine's (or shared): limits stay as they are.
+                "base_manage_limits": False,
+                # uv comes through SSH (the local cloud's staged copy is not made for this cloud).
+                "python_env_uv_binary_host_src": "",
+                **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
+            }
+        return {
+            "python_env_python": "python3" if python == "system" else python,
+            # Under /opt/rlinfra, so that `down --purge` takes it with everything else.
+            "python_env_cache_dir": f"{RLINFRA_ROOT}/cache/uv",
+            "storage_backend": "local",
+            "storage_local_root": "",
+            **(bucket_ansible_vars(plan, ctx) if plan.profile.storage else {}),
+        }
 
     def check_inputs(self, plan: Plan) -> None:
         for host in hosts(plan):
@@ -630,20 +485,67 @@ class SshCloud(Cloud):
         return super().root_source(plan, root)
 
     def before_configure(self, plan: Plan, folder: Path, nodes: list[Host]) -> None:
-        send_bucket_key(plan, folder, nodes)
+        """Write the hosts' bucket key to each host's BUCKET_CREDENTIALS (0600, its folder 0700),
+        through SSH's standard input: never in an argument, a rendered file or Ansible's hands."""
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor
+
+        from rlinfra.runners import ssh
+
+        key = bucket_key(plan, os.environ)
+        if key is None:
+            return
+        body = key_file_body(key)
+        script = key_file_script()
+
+        def send(host: Host) -> str | None:
+            sudo = "" if host.ssh_user == "root" else "sudo -n "
+            try:
+                done = ssh.run(
+                    folder,
+                    host,
+                    f"{sudo}sh -c {shlex.quote(script)}",
+                    capture=True,
+                    timeout=60,
+                    stdin=body,
+                )
+            except subprocess.TimeoutExpired:
+                return f"{host.name}: no answer within 60 s"
+            except OSError as exc:
+                return f"{host.name}: {exc}"
+            if done.returncode != 0:
+                detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
+                return f"{host.name}: {detail} (exit {done.returncode})"
+            return None
+
+        with (
+            ui.step(f"bucket key to {len(nodes)} host(s) over SSH"),
+            ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool,
+        ):
+            failed = [line for line in pool.map(send, nodes) if line]
+        if failed:
+            raise OperationError(
+                f"could not give the bucket key to {len(failed)} of {len(nodes)} host(s): "
+                f"{failed[0]}",
+                "Fix the host and run `up` again.",
+            )
 
     def counts_buckets(self, folder: Path) -> bool:
-        return _s3_buckets(folder)
+        """Whether the deployment's buckets are S3 (its storage root is the aws one)."""
+        import json
+
+        tfvars = folder / "terraform" / "storage" / "terraform.tfvars.json"
+        return tfvars.is_file() and "region" in json.loads(tfvars.read_text())
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         from rlinfra.clouds.aws import cloud as aws
 
-        return aws.bucket_versions(folder, bucket)
+        return aws.CLOUD.bucket_versions(folder, bucket)
 
     def empty_bucket(self, folder: Path, bucket: str) -> int:
         from rlinfra.clouds.aws import cloud as aws
 
-        return aws.empty_bucket(folder, bucket)
+        return aws.CLOUD.empty_bucket(folder, bucket)
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
         return None
@@ -653,8 +555,22 @@ class SshCloud(Cloud):
         return "ssh"
 
     def preflight(self, plan: Plan) -> None:
+        """Every host at once, read-only: refused (exit 2) with one line per failing host."""
         self.check_inputs(plan)
-        preflight(plan)
+        nodes = hosts(plan)
+        ask = _asker(plan, nodes)
+        with ui.step(f"preflight of {len(nodes)} host(s) over SSH"):
+            failing, notes = check_hosts([h.name for h in nodes], ask, expectations(plan))
+        for note in notes:
+            ui.warn(note)
+        if failing:
+            for line in failing:
+                ui.err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+            raise UsageError(
+                f"preflight refused {len(failing)} of {len(nodes)} host(s); nothing was changed",
+                "Fix what each line says (or pass --take-over for hosts of another cluster or "
+                "Ray).",
+            )
 
     def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
         raise NotImplementedError("the ssh cloud has no cluster root: see hosts_from_plan")
@@ -664,13 +580,66 @@ class SshCloud(Cloud):
 
     def check_context(self, plan: Plan, ctx: Context) -> None:
         if section(plan.profile, plan.source).shared_filesystem:
-            local.check_context(plan, ctx)
+            local.CLOUD.check_context(plan, ctx)
 
     def release_lines(self, record: Record, purge: bool) -> list[str]:
-        return release_lines(record, purge)
+        mounts = _mount_paths(record)
+        lines = []
+        for host in _record_hosts(record):
+            lines.append(
+                f"  release node {host.name} ({host.ssh_user}@{host.ssh_host}; the machine is "
+                "kept): stop Ray and rlinfra's processes"
+                + (f", unmount {', '.join(mounts)}" if mounts else "")
+                + f", remove the node contract ({', '.join(CONTRACT)} under {RLINFRA_ROOT})"
+            )
+            if purge:
+                lines.append(
+                    f"    PURGE on {host.name}: {RLINFRA_ROOT} (venv, tools, caches), "
+                    + ", ".join(SYSTEM_FILES)
+                    + " (where rlinfra wrote them)"
+                    + (f", the empty mount folders {', '.join(mounts)}" if mounts else "")
+                )
+        return lines
 
     def release_hosts(self, folder: Path, record: Record, purge: bool) -> None:
-        release_hosts(folder, record, purge)
+        from concurrent.futures import ThreadPoolExecutor
+
+        from rlinfra.runners import ssh
+
+        nodes = _record_hosts(record)
+        script = release_script(_mount_paths(record), purge)
+
+        def release(host: Host) -> str | None:
+            command = "sh -s" if host.ssh_user == "root" else "sudo -n sh -s"
+            try:
+                done = ssh_run(folder, host, command, script)
+            except OSError as exc:
+                return f"{host.name}: {exc}"
+            if done[0] != 0 or "released" not in done[1]:
+                detail = (done[2].strip().splitlines() or ["no output"])[-1]
+                return f"{host.name}: {detail} (exit {done[0]})"
+            return None
+
+        def ssh_run(folder: Path, host: Host, command: str, text: str) -> tuple[int, str, str]:
+            import subprocess
+
+            argv = [*ssh.ssh_argv(folder, host), command]
+            try:
+                result = subprocess.run(
+                    argv, input=text, capture_output=True, text=True, timeout=180, check=False
+                )
+            except subprocess.TimeoutExpired:
+                return 124, "", "no answer within 180 s"
+            return result.returncode, result.stdout, result.stderr
+
+        with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
+            failed = [line for line in pool.map(release, nodes) if line]
+        if failed:
+            raise OperationError(
+                f"could not release {len(failed)} of {len(nodes)} host(s): {failed[0]}"
+                + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""),
+                "Fix the host and run `down` again; the cluster record is kept until it succeeds.",
+            )
 
 
 CLOUD = SshCloud()
