@@ -457,7 +457,7 @@ def test_second_up_changes_nothing_and_lock_refuses_a_concurrent_up(cluster: Clu
     out, err = proc.communicate(timeout=600)
     assert busy["lock"] == {"command": "up", "pid": proc.pid, "running": True}
     assert proc.returncode == 0, err
-    assert second.returncode == 1, second.stderr
+    assert second.returncode == 2, second.stderr
     assert f"cluster '{cluster.name}' is busy" in second.stderr
     result = json.loads(out)
     assert result["terraform_changed"] is False

@@ -10,6 +10,7 @@ import pytest
 from rlinfra.clouds import SUPPORTED, cloud_for
 from rlinfra.clouds.base import Cloud
 from rlinfra.errors import UsageError
+from rlinfra.storage.s3 import S3
 
 MODULES = Path(__file__).resolve().parents[2] / "terraform" / "modules"
 
@@ -24,13 +25,8 @@ def test_each_cloud_implements_every_required_operation(name: str) -> None:
     for modules in cloud.roots.values():
         for module in modules:
             assert (MODULES / module / "main.tf").is_file(), module
-    # Optional bucket operations come in pairs.
-    overrides = {
-        op: getattr(type(cloud), op) is not getattr(Cloud, op)
-        for op in ("bucket_versions", "empty_bucket")
-    }
-    assert len(set(overrides.values())) == 1, overrides
-    assert cloud.empties_buckets == overrides["bucket_versions"]
+    # Buckets are a store's (rlinfra.storage): clouds of cloud buckets pick one.
+    assert (type(cloud).store is not Cloud.store) == (name in ("aws", "gcp", "ssh"))
     # So do the operations of clouds whose machines outlive `down`.
     keeps = {
         op: getattr(type(cloud), op) is not getattr(Cloud, op)
@@ -42,10 +38,14 @@ def test_each_cloud_implements_every_required_operation(name: str) -> None:
 
 def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
     local = cloud_for("local")
-    assert local.empties_buckets is False
-    with pytest.raises(NotImplementedError):
-        local.bucket_versions(tmp_path, "b")
-    assert cloud_for("aws").empties_buckets is True
+    assert local.store(tmp_path) is None  # local buckets are folders: nothing to empty first
+    assert cloud_for("aws").store(tmp_path) is S3
+    # The ssh cloud's buckets are S3 only where its storage root is the S3 one.
+    assert cloud_for("ssh").store(tmp_path) is None
+    root = tmp_path / "terraform" / "storage"
+    root.mkdir(parents=True)
+    (root / "terraform.tfvars.json").write_text('{"region": "eu-west-1", "buckets": ["b"]}')
+    assert cloud_for("ssh").store(tmp_path) is S3
     assert cloud_for("aws").gone_resources("cluster", tmp_path, {"values": {}}) == []
     # Only a cloud that looks for lost resources has its state read for them.
     assert cloud_for("aws").finds_gone is False

@@ -484,7 +484,7 @@ def test_a_bucket_operation_that_cannot_reach_storage_is_an_operation_error(
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     with pytest.raises(OperationError) as caught:
-        GCP.empty_bucket(tmp_path, "some-bucket")
+        GCP.store(tmp_path).empty_bucket(tmp_path, "some-bucket")
     assert caught.value.exit_code == 1
     assert caught.value.message.startswith("Cloud Storage bucket some-bucket: cannot list bucket")
 
@@ -962,11 +962,12 @@ def test_bucket_operations_against_gcp_storage_emulator(
             data=b"checkpoint bytes",
         )
         assert put.status_code == 200, put.text
-    assert GCP.empties_buckets
-    assert GCP.bucket_versions(tmp_path, bucket) == 3
-    assert GCP.empty_bucket(tmp_path, bucket) == 3
-    assert GCP.bucket_versions(tmp_path, bucket) == 0
+    store = GCP.store(tmp_path)
+    assert store.kind == "Cloud Storage bucket"
+    assert store.bucket_versions(tmp_path, bucket) == 3
+    assert store.empty_bucket(tmp_path, bucket) == 3
+    assert store.bucket_versions(tmp_path, bucket) == 0
     # Empty now: the storage root's destroy would succeed (the emulator refuses a full one).
     assert requests.delete(f"{storage_emulator}/storage/v1/b/{bucket}").status_code in (200, 204)
-    assert GCP.bucket_versions(tmp_path, bucket) == 0  # gone
-    assert GCP.empty_bucket(tmp_path, bucket) == 0
+    assert store.bucket_versions(tmp_path, bucket) == 0  # gone
+    assert store.empty_bucket(tmp_path, bucket) == 0

@@ -16,8 +16,8 @@ optional (the defaults say "nothing to do" or "not offered")
     offers it says so with ``finds_gone``, so that the others never read the state for it),
     ``capacity_error`` (a failed apply that another candidate machine may not hit),
     ``credentials_error`` (a Terraform run that failed for want of credentials),
-    ``bucket_versions`` and ``empty_bucket`` (emptying buckets that `down --delete-buckets`
-    removes; a cloud that offers one offers both),
+    ``store`` (the store of a deployment's buckets, ``rlinfra.storage``, which
+    `down --delete-buckets` counts and empties first),
     ``hosts_from_plan`` (machines that exist already: the inventory without a cluster root),
     ``release_lines`` and ``release_hosts`` (`down` of machines that stay: what it stops and
     removes on them; a cloud that offers one offers both, ``keeps_machines`` says whether),
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlinfra.assets import asset_dir
+from rlinfra.storage.base import Store
 
 if TYPE_CHECKING:
     from rlinfra.context import Context
@@ -138,15 +139,11 @@ class Cloud(ABC):
         else None."""
         return None
 
-    @property
-    def empties_buckets(self) -> bool:
-        """Whether ``bucket_versions``/``empty_bucket`` are offered."""
-        return type(self).bucket_versions is not Cloud.bucket_versions
-
-    def counts_buckets(self, folder: Path) -> bool:
-        """Whether the buckets of the deployment in ``folder`` are counted and emptied before
-        `down --delete-buckets` destroys them (``bucket_versions``/``empty_bucket``)."""
-        return self.empties_buckets
+    def store(self, folder: Path) -> Store | None:
+        """The store of the buckets of the deployment in ``folder``, which `down
+        --delete-buckets` counts and empties before Terraform destroys them; None: buckets that
+        need no emptying (folders of this machine)."""
+        return None
 
     def terraform_dir(self) -> Path:
         """Where this cloud's Terraform is: ``roots/<cloud>/<root>`` and ``modules/<module>``
@@ -174,14 +171,6 @@ class Cloud(ABC):
         from rlinfra.errors import UsageError
 
         raise UsageError("--take-over is for cloud ssh (hosts you already have)")
-
-    def bucket_versions(self, folder: Path, bucket: str) -> int:
-        """Object versions (and delete markers) in ``bucket``; 0 when it is gone."""
-        raise NotImplementedError(f"the {self.name} cloud does not count bucket contents")
-
-    def empty_bucket(self, folder: Path, bucket: str) -> int:
-        """Delete every object version of ``bucket`` (after `down` asked); how many went."""
-        raise NotImplementedError(f"the {self.name} cloud does not empty buckets")
 
     def hosts_from_plan(self, plan: Plan, ctx: Context) -> list[Host] | None:
         """The inventory, where the machines exist before `up` (no cluster root); None: the

@@ -60,8 +60,9 @@ def plan_down(cluster: str, delete_buckets: bool, purge: bool = False) -> DownPl
     cloud = record.cloud
     contents: dict[str, int] = {}
     provider = cloud_for(cloud)
-    if delete_buckets and provider.counts_buckets(folder):
-        contents = {bucket: provider.bucket_versions(folder, bucket) for bucket in buckets}
+    store = provider.store(folder) if delete_buckets else None
+    if store is not None:
+        contents = {bucket: store.bucket_versions(folder, bucket) for bucket in buckets}
     if purge and not provider.keeps_machines:
         raise UsageError(
             f"--purge: the {cloud} cloud destroys its machines; there is nothing to purge",
@@ -100,15 +101,14 @@ def down(todo: DownPlan) -> None:
         (folder / "ssh" / "known_hosts").unlink(missing_ok=True)
         storage_root = folder / "terraform" / "storage"
         if todo.delete_buckets and storage_root.is_dir():
-            provider = cloud_for(todo.cloud)
-            if provider.counts_buckets(folder):
+            store = cloud_for(todo.cloud).store(folder)
+            if store is not None:
                 # Buckets are made with force_destroy = false: their data goes first, as shown
                 # and confirmed, so Terraform never stops halfway on a non-empty bucket.
                 for bucket in todo.buckets:
                     if todo.contents.get(bucket):
-                        ui.info(
-                            f"deleted {provider.empty_bucket(folder, bucket)} object version(s) of {bucket}"
-                        )
+                        deleted = store.empty_bucket(folder, bucket)
+                        ui.info(f"deleted {deleted} object version(s) of {bucket}")
             tf = open_root_at(folder, "storage")
             if tf.has_state():
                 tf.init()

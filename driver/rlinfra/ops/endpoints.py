@@ -16,19 +16,47 @@ from rlinfra.ops.check import require_ready
 from rlinfra.record import Record
 
 
+class NotListening(OperationError):
+    """Nothing listens on the port on the head node; ``endpoint`` is the URL it would have."""
+
+    def __init__(self, message: str, hint: str, endpoint: dict[str, Any]) -> None:
+        super().__init__(message, hint)
+        self.endpoint = endpoint
+
+
 def endpoint(cluster: str, port: int) -> dict[str, Any]:
     """A URL for ``port`` on the head node that works from this machine.
 
     Direct when the port answers on the head's address; otherwise through an SSH tunnel that
     rlinfra starts (and `down` stops). For Ray's dashboard (and job API) it also names the file
-    that holds the cluster's token, which they ask for (never the token itself).
+    that holds the cluster's token, which they ask for (never the token itself). The port is
+    tried on the head first: when nothing listens there, NotListening carries the URL and names
+    the ports the cluster serves.
     """
+    from rlinfra.ops import reach
+
     folder, record = require_cluster(cluster)
     require_ready(cluster, record)
+    head = record.hosts[0]
+    listening = reach.listening(cluster, folder, head, port)
     info = endpoint_url(folder, record, port)
     if port == record.dashboard_port:
         info["ray_token_file"] = str(folder / RAY_TOKEN_FILE)
+    info["listening"] = bool(listening)
+    if not listening:
+        raise NotListening(
+            f"nothing listens on port {port} on the head node {head.name}",
+            f"{cluster} serves {served(record)}",
+            info,
+        )
     return info
+
+
+def served(record: Record) -> str:
+    """The cluster's services and their ports, Ray's dashboard last: for a message."""
+    rows = [f"{s['name']} ({s['engine']}) on port {s['port']}" for s in record.services]
+    rows.append(f"Ray's dashboard on port {record.dashboard_port}")
+    return ", ".join(rows)
 
 
 def endpoint_from(cluster: str, port: int, client: str) -> dict[str, Any]:

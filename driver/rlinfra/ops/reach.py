@@ -11,6 +11,10 @@ address its packets left from. The first address that answers with success (for 
 endpoint: the front's own header, naming at least one replica) is the URL to give the trainer
 (``--env RETRIEVAL_SERVICE_URL=...``); when none does, the error says what each address did
 and which address to list in the service's ``clients``.
+
+``listening`` is the plainer check behind ``rlinfra status CLUSTER --endpoint PORT``: whether
+anything accepts a TCP connection on a port of a node, tried on that node (a service may listen
+on its loopback only, where the controller cannot look).
 """
 
 from __future__ import annotations
@@ -80,6 +84,23 @@ for address in sys.argv[2:]:
         row["error"] = "not HTTP: " + repr(data[:40])
     rows.append(row)
 print(json.dumps(rows))
+"""
+
+
+# Runs on the node with its system Python (standard library only): argv is the port, then the
+# addresses to try; prints the JSON list of those that accepted a connection.
+LISTEN_SCRIPT = r"""
+import json, socket, sys
+
+port = int(sys.argv[1])
+found = []
+for address in sys.argv[2:]:
+    try:
+        socket.create_connection((address, port), timeout=3).close()
+    except OSError:
+        continue
+    found.append(address)
+print(json.dumps(found))
 """
 
 
@@ -166,6 +187,30 @@ def run_check(
         )
         for row in rows
     ]
+
+
+def listening(cluster: str, folder: Path, host: Host, port: int) -> list[str]:
+    """The node's addresses (loopback, then its private one) on which something accepts a TCP
+    connection to ``port``, tried on the node itself over SSH."""
+    from rlinfra.ops.nodes import unreachable
+    from rlinfra.runners import ssh
+
+    addresses = ["127.0.0.1"]
+    if host.private_ip and host.private_ip not in addresses:
+        addresses.append(host.private_ip)
+    command = shlex.join(["python3", "-", str(port), *addresses])
+    done = ssh.run(folder, host, command, capture=True, timeout=60, stdin=LISTEN_SCRIPT.encode())
+    reason = ssh.connect_failure(done.returncode, done.stderr)
+    if reason is not None:
+        raise unreachable(cluster, host, reason)
+    try:
+        found = json.loads((done.stdout or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        found = None
+    if done.returncode != 0 or not isinstance(found, list):
+        tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise OperationError(f"the port check on {host.name} exited {done.returncode}: {tail[0]}")
+    return [str(address) for address in found]
 
 
 def choose(

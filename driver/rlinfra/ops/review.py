@@ -13,7 +13,7 @@ from rlinfra.context import Context, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import cluster_lock, deployment_dir, read_record, write_files, write_record
 from rlinfra.errors import UsageError
 from rlinfra.ops.prepare import controller_facts, env_readers, make_context
-from rlinfra.ops.roots import find_gone, open_root, replacing
+from rlinfra.ops.roots import explain_failure, find_gone, open_root, replacing
 from rlinfra.plan import Plan
 from rlinfra.record import Record
 from rlinfra.render import render
@@ -70,50 +70,22 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
     The saved plans are what `rlinfra up --from-plan` applies, refusing if the rendered
     configuration changed since.
     """
-    from rlinfra.audit import prices_of, render_text, summarize
+    from rlinfra.audit import prices_of
     from rlinfra.runners.terraform import terraform_binary
 
     home = rlinfra_home()
-    cloud = cloud_for(plan.cloud)
     terraform_binary()
     folder = (out or deployment_dir(plan.cluster, home)).resolve()
+    # The folders this command makes (the deployment's, and any above it that are missing):
+    # removed again when it fails, so that a plan that stopped leaves no cluster behind.
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
     prices = prices_of(plan.choices)
     with cluster_lock(folder, "plan"):
-        ctx = make_context(plan, folder, home, build=False)
-        files = render(plan, ctx)
-        write_files(folder, files)
-        record = read_record(folder) or Record(cluster=plan.cluster)
-        write_record(
-            folder,
-            record.with_(
-                cluster=plan.cluster,
-                cloud=plan.cloud,
-                profile=plan.profile.name,
-                source=plan.source,
-                task_id=ctx.task_id,
-                subnet=plan.subnet,
-            ),
-        )
-        roots: dict[str, Any] = {}
-        for root in cloud.roots:
-            if root not in cloud.tfvars(plan, ctx):
-                continue
-            tf = open_root(ctx, root)
-            tf.init()
-            gone = find_gone(cloud, tf, root)
-            replacing(gone)
-            changed = tf.plan(replace=[item.address for item in gone])
-            shown = tf.show_json()
-            (tf.root / "tfplan.json").write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n")
-            summary = summarize(shown, prices)
-            roots[root] = {
-                "changes": changed,
-                "summary": summary.to_json(),
-                "plan_file": str(tf.root / "tfplan"),
-                "text": render_text(summary),
-            }
-        digest = rendered_digest(files)
-        (folder / "plan-digest.txt").write_text(digest + "\n")
+        try:
+            roots, digest = _plan_roots(plan, folder, home, prices)
+        except BaseException:
+            _remove_made(made)
+            raise
     return {
         "cluster": plan.cluster,
         "folder": str(folder),
@@ -130,6 +102,73 @@ def audit(plan: Plan, out: Path | None = None) -> dict[str, Any]:
         "roots": roots,
         "hourly_usd": round(sum(r["summary"]["hourly_usd"] or 0.0 for r in roots.values()), 4),
     }
+
+
+def _plan_roots(plan: Plan, folder: Path, home: Path, prices: Any) -> tuple[dict[str, Any], str]:
+    """`audit` in the locked ``folder``: each root's saved plan and summary, and the digest of
+    the rendered files. A Terraform command that failed for want of credentials or a provider
+    says which (``explain_failure``)."""
+    from rlinfra.audit import render_text, summarize
+    from rlinfra.errors import TerraformError
+
+    cloud = cloud_for(plan.cloud)
+    ctx = make_context(plan, folder, home, build=False)
+    files = render(plan, ctx)
+    write_files(folder, files)
+    record = read_record(folder) or Record(cluster=plan.cluster)
+    write_record(
+        folder,
+        record.with_(
+            cluster=plan.cluster,
+            cloud=plan.cloud,
+            profile=plan.profile.name,
+            source=plan.source,
+            task_id=ctx.task_id,
+            subnet=plan.subnet,
+        ),
+    )
+    roots: dict[str, Any] = {}
+    for root in cloud.roots:
+        if root not in cloud.tfvars(plan, ctx):
+            continue
+        tf = open_root(ctx, root)
+        try:
+            tf.init()
+            gone = find_gone(cloud, tf, root)
+            replacing(gone)
+            changed = tf.plan(replace=[item.address for item in gone])
+        except TerraformError as exc:
+            explained = explain_failure(cloud, exc, ctx.controller.tf_plugin_mirror)
+            if explained is exc:
+                raise
+            raise explained from exc
+        shown = tf.show_json()
+        (tf.root / "tfplan.json").write_text(json.dumps(shown, indent=2, sort_keys=True) + "\n")
+        summary = summarize(shown, prices)
+        roots[root] = {
+            "changes": changed,
+            "summary": summary.to_json(),
+            "plan_file": str(tf.root / "tfplan"),
+            "text": render_text(summary),
+        }
+    digest = rendered_digest(files)
+    (folder / "plan-digest.txt").write_text(digest + "\n")
+    return roots, digest
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the deployment folder that this command made (``made[0]``), then each folder
+    above it that it made, while empty."""
+    import shutil
+
+    if not made:
+        return
+    shutil.rmtree(made[0], ignore_errors=True)
+    for parent in made[1:]:
+        try:
+            parent.rmdir()
+        except OSError:
+            return
 
 
 def plan_summary(

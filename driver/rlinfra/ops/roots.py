@@ -9,7 +9,7 @@ from typing import Any
 from rlinfra import ui
 from rlinfra.clouds.base import Cloud, Gone
 from rlinfra.context import Context
-from rlinfra.errors import UsageError
+from rlinfra.errors import OperationError, RlinfraError, TerraformError, UsageError
 
 
 def open_root(ctx: Context, root: str) -> Any:
@@ -69,6 +69,36 @@ def require_replacements(tf: Any, gone: list[Any]) -> None:
             "nothing was applied",
             "Review a new plan, which replaces it: rlinfra plan --terraform",
         )
+
+
+def explain_failure(cloud: Cloud, exc: TerraformError, mirror: str | None) -> RlinfraError:
+    """What a failed Terraform command lacked, as its output tells: the cloud's credentials, or
+    a provider that init could not install (from ``mirror``, RLINFRA_TF_PLUGIN_MIRROR, or else
+    from Terraform's registry); any other failure is ``exc`` itself."""
+    from rlinfra.runners.terraform import provider_failure
+
+    missing = cloud.credentials_error(exc.output)
+    if missing is not None:
+        return missing
+    failed = provider_failure(exc.output)
+    if failed is None:
+        return exc
+    what = f"Terraform could not install the provider {failed.provider}"
+    if mirror and failed.not_in_mirror:
+        return UsageError(
+            f"{what}: the mirror RLINFRA_TF_PLUGIN_MIRROR={mirror} does not hold it",
+            f"Fill it with `terraform providers mirror {mirror}` where registry.terraform.io "
+            "is reachable, or unset RLINFRA_TF_PLUGIN_MIRROR to use the registry",
+        )
+    if not mirror and failed.registry_unreachable:
+        return OperationError(
+            f"{what}: the provider registry (registry.terraform.io) cannot be reached and "
+            "RLINFRA_TF_PLUGIN_MIRROR is not set",
+            "Set RLINFRA_TF_PLUGIN_MIRROR to a filesystem mirror that holds it (`terraform "
+            "providers mirror DIR` makes one where the registry is reachable), or let this "
+            "machine reach registry.terraform.io",
+        )
+    return OperationError(f"{what}: {failed.reason}", exc.hint)
 
 
 def open_root_at(folder: Path, root: str, mirror: str | None = None) -> Any:

@@ -12,6 +12,10 @@ from rlinfra.deploy import lock_holder, read_record, require_cluster
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.record import Host, Stage
 
+# The stage `status` shows for a ready cluster whose Ray misses some of its nodes (never a
+# record's stage: the record says what the last command made).
+DEGRADED = "degraded"
+
 
 def status(cluster: str, live: bool = True) -> dict[str, Any]:
     folder, record = require_cluster(cluster)
@@ -44,6 +48,9 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
     live_stages = {Stage.READY, Stage.FAILED, Stage.INTERRUPTED}
     if live and hosts and (record.stage in live_stages or stopped):
         out["ray"] = ray_state(folder, hosts, record.dashboard_port)
+        if record.stage == Stage.READY and out["ray"].get("missing_nodes"):
+            # Ray answered, without some of the nodes `up` made ready.
+            out["stage"] = DEGRADED
         if out["ray"].get("reachable") and record.stage == Stage.READY and record.jobs:
             from rlinfra.ops import jobs
 
@@ -116,7 +123,9 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
 
 
 def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str, Any]:
-    """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only)."""
+    """Alive Ray nodes, asked of the head's dashboard over SSH (it listens on loopback only);
+    when it cannot be asked, "error" and "hint" say why and what to do."""
+    from rlinfra.ops.nodes import address
     from rlinfra.runners import ssh
 
     # ssh.run loads node.env, which carries the Ray token's settings.
@@ -125,21 +134,51 @@ def ray_state(folder: Path, hosts: list[Host], dashboard_port: int) -> dict[str,
         "--format json --filter state=ALIVE --limit 10000"
     )
     head = hosts[0]
+    cluster = folder.name
     try:
         result = ssh.run(folder, head, command, capture=True, timeout=60)
     except subprocess.TimeoutExpired:
-        return {"reachable": False, "error": "timed out asking the head node"}
+        return _ray_unreachable(cluster, head, "SSH gave no answer within 60 s")
+    reason = ssh.connect_failure(result.returncode, result.stderr)
+    if reason is not None:
+        return {
+            "reachable": False,
+            "error": f"SSH could not connect to the head node {head.name} "
+            f"({address(head)}): {reason}",
+            "hint": f"`rlinfra up -c {cluster}` replaces a node that is gone",
+        }
+    # Ray's own words (its errors end in advice about installing Ray) are not repeated: the
+    # head's Ray is rlinfra's to restart.
     if result.returncode != 0:
-        return {"reachable": False, "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
+        return _ray_unreachable(
+            cluster, head, f"`ray list nodes` failed against its dashboard on port {dashboard_port}"
+        )
     try:
         nodes = json.loads(result.stdout[result.stdout.index("[") :])
     except ValueError:
-        return {"reachable": False, "error": "the head's state API gave no node list"}
+        return _ray_unreachable(
+            cluster, head, f"its dashboard on port {dashboard_port} gave no node list"
+        )
     alive = sorted(n["node_ip"] for n in nodes)
     missing = [h.name for h in hosts if h.private_ip not in alive]
-    return {
+    out: dict[str, Any] = {
         "reachable": True,
         "alive_nodes": len(alive),
         "alive_ips": alive,
         "missing_nodes": missing,
+    }
+    if missing:
+        out["hint"] = (
+            f"`rlinfra up -c {cluster}` replaces a node that is gone and starts Ray again where "
+            "it stopped"
+        )
+    return out
+
+
+def _ray_unreachable(cluster: str, head: Host, why: str) -> dict[str, Any]:
+    return {
+        "reachable": False,
+        "error": f"cannot be reached on the head node {head.name} ({why})",
+        "hint": f"`rlinfra up -c {cluster}` checks every node and starts Ray again where it "
+        f"stopped; `rlinfra check {cluster}` then runs the all-reduce",
     }

@@ -116,7 +116,9 @@ def run_attached(folder: Path, host: Host, command: str) -> tuple[int, str | Non
 _CONNECT_FAILURES = (
     re.compile(r"^ssh: connect to host \S+ port \d+: (?P<reason>.+)$"),
     re.compile(r"^ssh: Could not resolve hostname [^:]+: (?P<reason>.+)$"),
-    re.compile(r"^(?:kex_exchange_identification: )?(?P<reason>Connection (?:closed|reset) by .+)$"),
+    re.compile(
+        r"^(?:kex_exchange_identification: )?(?P<reason>Connection (?:closed|reset) by .+)$"
+    ),
     re.compile(r"^(?P<reason>Connection timed out during banner exchange)$"),
     re.compile(r"^(?P<reason>Permission denied \(.+\))\.?$"),
     re.compile(r"^(?P<reason>Host key verification failed)\.?$"),

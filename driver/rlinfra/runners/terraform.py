@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,47 @@ class Terraform:
             check=False,
         )
         return result.returncode, result.stdout if result.returncode == 0 else result.stderr
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    """An init that could not install a provider: which one, and why."""
+
+    provider: str  # as the configuration names it, e.g. hashicorp/aws
+    reason: str  # Terraform's words, on one line
+    # Terraform could not connect to the provider registry (no filesystem mirror was used).
+    registry_unreachable: bool
+    # The filesystem mirror given to Terraform does not hold the provider.
+    not_in_mirror: bool
+
+
+# Terraform's summaries of an init that could not install a provider.
+_PROVIDER_ERRORS = (
+    "Failed to query available provider packages",
+    "Failed to install provider",
+    "Failed to resolve provider packages",
+)
+
+
+def provider_failure(output: str) -> ProviderFailure | None:
+    """The provider that `terraform init` could not install, read from its output; else None."""
+    import re
+
+    if not any(f"Error: {summary}" in output for summary in _PROVIDER_ERRORS):
+        return None
+    found = re.search(r"provider (?:registry\.terraform\.io/)?([\w.-]+/[\w.-]+)\b", output)
+    provider = found.group(1) if found else "a provider"
+    detail = re.search(
+        r"(?:for provider|installing) [^\n]*?:\s*\n?(?P<reason>(?:.+\n?)+?)(?:\n|$)", output
+    )
+    reason = " ".join((detail["reason"] if detail else "").split()).rstrip(".")
+    flat = " ".join(output.split())
+    return ProviderFailure(
+        provider=provider,
+        reason=reason[:300] or "see Terraform's output",
+        registry_unreachable="could not connect to registry." in flat,
+        not_in_mirror="was not found in any of the search locations" in flat,
+    )
 
 
 def _last_error(lines: list[str]) -> str:

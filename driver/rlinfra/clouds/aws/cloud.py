@@ -7,7 +7,6 @@ service at an AWS-compatible endpoint (an emulator in tests).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,14 +14,16 @@ from typing import Any
 
 from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
-from rlinfra.errors import OperationError, UsageError
+from rlinfra.errors import UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
 from rlinfra.record import Host
 from rlinfra.serving import service_clients
+from rlinfra.storage.base import Store
+from rlinfra.storage.s3 import S3, S3_ROOT_MODULES, common_tfvars, credentials_configured
 
 ROOTS: dict[str, tuple[str, ...]] = {
-    "storage": ("aws_bucket",),
+    "storage": S3_ROOT_MODULES,
     "cluster": ("aws_network", "aws_cluster"),
 }
 
@@ -35,19 +36,6 @@ def region(plan: Plan) -> str:
 
 def _common(plan: Plan, ctx: Context) -> dict[str, Any]:
     return common_tfvars(region(plan), plan.profile.name, ctx)
-
-
-def common_tfvars(region_name: str, profile_name: str, ctx: Context) -> dict[str, Any]:
-    """What every AWS root takes: region, tags and, for an emulator, its endpoints."""
-    endpoint = ctx.controller.aws_endpoint
-    out: dict[str, Any] = {
-        "region": region_name,
-        "tags": {"rlinfra:profile": profile_name},
-    }
-    if endpoint:
-        out["endpoints"] = {name: endpoint for name in ("ec2", "s3", "sts", "iam")}
-        out["max_retries"] = 2
-    return out
 
 
 # EC2 error codes that mean "not this instance type here, now": another candidate may work.
@@ -67,43 +55,6 @@ CAPACITY_ERRORS = (
 # credentials that AWS refuses.
 NO_CREDENTIALS = ("No valid credential sources found", "failed to refresh cached credentials")
 REFUSED_CREDENTIALS = ("InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken")
-
-
-CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_PROFILE",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-)
-
-
-def credentials_configured(environ: Mapping[str, str]) -> bool:
-    """Whether credentials are set up for boto3 without asking an instance's metadata service."""
-    if any(environ.get(name) for name in CREDENTIAL_VARIABLES):
-        return True
-    home = Path(environ.get("HOME") or Path.home())
-    files = [
-        environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials",
-        environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config",
-    ]
-    return any(Path(f).is_file() for f in files)
-
-
-def _s3_client(folder: Path) -> Any:
-    """boto3 S3 for the deployment's storage root (its region and, for an emulator, endpoint)."""
-    import boto3
-
-    tfvars = json.loads((folder / "terraform" / "storage" / "terraform.tfvars.json").read_text())
-    endpoint = (tfvars.get("endpoints") or {}).get("s3")
-    return boto3.client("s3", region_name=tfvars["region"], endpoint_url=endpoint)
-
-
-def _s3_failed(bucket: str, exc: Exception) -> OperationError:
-    return OperationError(
-        f"S3 bucket {bucket}: {type(exc).__name__}: {exc}",
-        "Check the credentials and the network, then run the same command again.",
-    )
 
 
 class AwsCloud(Cloud):
@@ -289,42 +240,8 @@ class AwsCloud(Cloud):
                 )
         return None
 
-    def bucket_versions(self, folder: Path, bucket: str) -> int:
-        """Object versions and delete markers in ``bucket`` (0 when it is gone)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        s3 = _s3_client(folder)
-        count = 0
-        try:
-            for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-                count += len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
-                return 0
-            raise _s3_failed(bucket, exc) from None
-        except BotoCoreError as exc:
-            raise _s3_failed(bucket, exc) from None
-        return count
-
-    def empty_bucket(self, folder: Path, bucket: str) -> int:
-        """Delete every object version and delete marker of ``bucket`` (after `down` asked)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        s3 = _s3_client(folder)
-        deleted = 0
-        try:
-            for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-                items = [
-                    {"Key": item["Key"], "VersionId": item["VersionId"]}
-                    for item in page.get("Versions", []) + page.get("DeleteMarkers", [])
-                ]
-                for start in range(0, len(items), 1000):
-                    chunk = items[start : start + 1000]
-                    s3.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
-                    deleted += len(chunk)
-        except (BotoCoreError, ClientError) as exc:
-            raise _s3_failed(bucket, exc) from None
-        return deleted
+    def store(self, folder: Path) -> Store:
+        return S3
 
 
 CLOUD = AwsCloud()

@@ -21,15 +21,16 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
-from rlinfra.errors import OperationError, UsageError
+from rlinfra.errors import UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
 from rlinfra.record import Host
 from rlinfra.serving import service_clients
+from rlinfra.storage.base import Store
+from rlinfra.storage.gcs import GcsStore, GoogleApi
 
 if TYPE_CHECKING:
     from rlinfra.clouds.gcp.catalog import Choice
@@ -135,14 +136,6 @@ NO_CREDENTIALS = (
 # --- buckets (Cloud Storage JSON API) -------------------------------------------------------------
 
 
-def _failed(bucket: str, exc: UsageError) -> OperationError:
-    """A bucket operation that failed midway is an operation error (exit 1), not bad usage."""
-    return OperationError(
-        f"Cloud Storage bucket {bucket}: {exc.message}",
-        exc.hint or "Check the credentials and the network, then run the same command again.",
-    )
-
-
 def _storage(environ: Mapping[str, str]) -> tuple[Any, str]:
     """A session and base URL for the Cloud Storage JSON API: against an emulator
     (STORAGE_EMULATOR_HOST) a plain session, as Google's client libraries use there; else one
@@ -162,27 +155,11 @@ def _storage(environ: Mapping[str, str]) -> tuple[Any, str]:
     return authorized_session(credentials), storage_base(environ)
 
 
-def _generations(session: Any, base: str, bucket: str) -> list[tuple[str, str]]:
-    """(name, generation) of every object version in ``bucket``; [] when it is gone."""
+def _google_api() -> GoogleApi:
+    """The Cloud Storage JSON API as this machine reaches it (ADC, or an emulator)."""
     from rlinfra.clouds.gcp.preflight import call, error_message
 
-    url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o"
-    found: list[tuple[str, str]] = []
-    token: str | None = None
-    while True:
-        params = {"versions": "true", "maxResults": "1000"}
-        if token:
-            params["pageToken"] = token
-        response = call(session, "GET", url, f"list bucket {bucket}", params=params)
-        if response.status_code == 404:
-            return []
-        if response.status_code != 200:
-            raise OperationError(f"cannot list bucket {bucket}: {error_message(response)}")
-        body = response.json()
-        found += [(str(i["name"]), str(i.get("generation") or "")) for i in body.get("items") or []]
-        token = body.get("nextPageToken")
-        if not token:
-            return found
+    return GoogleApi(connect=lambda: _storage(os.environ), call=call, error_message=error_message)
 
 
 class GcpCloud(Cloud):
@@ -426,38 +403,8 @@ class GcpCloud(Cloud):
             for node in inventory["nodes"]
         ]
 
-    def bucket_versions(self, folder: Path, bucket: str) -> int:
-        """Object versions (live and noncurrent generations) in ``bucket``; 0 when it is gone."""
-        try:
-            session, base = _storage(os.environ)
-            return len(_generations(session, base, bucket))
-        except UsageError as exc:
-            raise _failed(bucket, exc) from None
-
-    def empty_bucket(self, folder: Path, bucket: str) -> int:
-        """Delete every object version of ``bucket`` (after `down` asked); how many went."""
-        from rlinfra.clouds.gcp.preflight import call, error_message
-
-        deleted = 0
-        try:
-            session, base = _storage(os.environ)
-            for name, generation in _generations(session, base, bucket):
-                url = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
-                params = {"generation": generation} if generation else {}
-                response = call(
-                    session, "DELETE", url, f"delete {name} from {bucket}", params=params
-                )
-                if response.status_code == 404:
-                    continue  # gone meanwhile
-                if response.status_code not in (200, 204):
-                    raise OperationError(
-                        f"cannot delete {name} from bucket {bucket} ({deleted} deleted so far): "
-                        f"{error_message(response)}"
-                    )
-                deleted += 1
-        except UsageError as exc:
-            raise _failed(bucket, exc) from None
-        return deleted
+    def store(self, folder: Path) -> Store:
+        return GcsStore(_google_api())
 
 
 CLOUD = GcpCloud()

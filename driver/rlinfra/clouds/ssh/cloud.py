@@ -30,6 +30,14 @@ from rlinfra.plan import BUCKET_ENV, Plan, Site
 from rlinfra.profile import Override, Profile
 from rlinfra.record import Host, Record
 from rlinfra.sections.ssh_hosts import SshHost, SshHosts, SshJump
+from rlinfra.storage.base import Store
+from rlinfra.storage.s3 import (
+    S3,
+    S3_ROOT_DIR,
+    S3_ROOT_MODULES,
+    common_tfvars,
+    credentials_configured,
+)
 
 ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
 
@@ -426,11 +434,9 @@ class SshCloud(Cloud):
             return {}
         buckets = section(plan.profile, plan.source).buckets
         if buckets is not None:
-            from rlinfra.clouds.aws import cloud as aws
-
             return {
                 "storage": {
-                    **aws.common_tfvars(buckets.region, plan.profile.name, ctx),
+                    **common_tfvars(buckets.region, plan.profile.name, ctx),
                     "buckets": plan.storage_buckets,
                 }
             }
@@ -466,22 +472,17 @@ class SshCloud(Cloud):
                 raise UsageError(
                     f"{plan.source}: ssh: identity file {host.ssh_key} of {host.name} does not exist"
                 )
-        if bucket_key(plan, os.environ) is not None:
-            from rlinfra.clouds.aws.cloud import credentials_configured
-
-            if not credentials_configured(os.environ):
-                raise UsageError(
-                    f"{plan.source}: ssh.buckets: Terraform makes the S3 buckets with this "
-                    "machine's AWS credentials, and none are configured",
-                    "Set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY here (`aws "
-                    "configure`); the hosts use the ssh.buckets key instead.",
-                )
+        if bucket_key(plan, os.environ) is not None and not credentials_configured(os.environ):
+            raise UsageError(
+                f"{plan.source}: ssh.buckets: Terraform makes the S3 buckets with this "
+                "machine's AWS credentials, and none are configured",
+                "Set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY here (`aws "
+                "configure`); the hosts use the ssh.buckets key instead.",
+            )
 
     def root_source(self, plan: Plan, root: str) -> tuple[str, tuple[str, ...]]:
         if root == "storage" and section(plan.profile, plan.source).buckets is not None:
-            from rlinfra.clouds.aws import cloud as aws
-
-            return "aws", aws.ROOTS["storage"]
+            return S3_ROOT_DIR, S3_ROOT_MODULES
         return super().root_source(plan, root)
 
     def before_configure(self, plan: Plan, folder: Path, nodes: list[Host]) -> None:
@@ -530,22 +531,13 @@ class SshCloud(Cloud):
                 "Fix the host and run `up` again.",
             )
 
-    def counts_buckets(self, folder: Path) -> bool:
-        """Whether the deployment's buckets are S3 (its storage root is the aws one)."""
+    def store(self, folder: Path) -> Store | None:
+        """S3 where the deployment's buckets are (its storage root is the S3 one); none for
+        local buckets."""
         import json
 
         tfvars = folder / "terraform" / "storage" / "terraform.tfvars.json"
-        return tfvars.is_file() and "region" in json.loads(tfvars.read_text())
-
-    def bucket_versions(self, folder: Path, bucket: str) -> int:
-        from rlinfra.clouds.aws import cloud as aws
-
-        return aws.CLOUD.bucket_versions(folder, bucket)
-
-    def empty_bucket(self, folder: Path, bucket: str) -> int:
-        from rlinfra.clouds.aws import cloud as aws
-
-        return aws.CLOUD.empty_bucket(folder, bucket)
+        return S3 if tfvars.is_file() and "region" in json.loads(tfvars.read_text()) else None
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
         return None
