@@ -223,16 +223,7 @@ def decide(
         raise UsageError(
             f"{source}: resources.accelerators: candidates must have the same GPU count per node"
         )
-    names = bucket_names(profile, clouds[profile.cloud].profile_account(profile) or account)
-    if len(set(names)) != len(names):
-        raise UsageError(f"{source}: storage: two entries name the same bucket")
-    for bucket in names:
-        if not BUCKET_NAME_RE.fullmatch(bucket) or ".." in bucket:
-            raise UsageError(
-                f"{source}: storage: {bucket!r} is not a valid bucket name"
-                + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
-                "3-63 characters: lowercase letters, digits, '.', '-'.",
-            )
+    names = _checked_buckets(profile, source, clouds[profile.cloud], account)
     if profile.clouds:
         profile, options, left_out = choose_cloud(profile, source, name, offered, clouds)
         plan = decide(profile, source, clouds, cluster, overrides, offered, account)
@@ -261,6 +252,32 @@ def decide(
         buckets=names,
     )
     return plan
+
+
+def _checked_buckets(
+    profile: Profile, source: str, cloud: CloudSite, account: str | None
+) -> tuple[str, ...]:
+    """The storage entries' bucket names (``bucket_names``), refused when two are the same or
+    one is not a valid name."""
+    names = bucket_names(profile, cloud.profile_account(profile) or account)
+    if len(set(names)) != len(names):
+        raise UsageError(f"{source}: storage: two entries name the same bucket")
+    for bucket in names:
+        if not BUCKET_NAME_RE.fullmatch(bucket) or ".." in bucket:
+            raise UsageError(
+                f"{source}: storage: {bucket!r} is not a valid bucket name"
+                + (f" (from {BUCKET_ENV})" if bucket == profile.env.get(BUCKET_ENV) else ""),
+                "3-63 characters: lowercase letters, digits, '.', '-'.",
+            )
+    return names
+
+
+def with_account(plan: Plan, cloud: CloudSite, account: str) -> Plan:
+    """The plan with the cloud account's id known (a fact asked of the cloud after planning,
+    once the plan's own checks passed): its default bucket names end in the account's suffix.
+    Nothing else of the plan depends on the account."""
+    names = _checked_buckets(plan.profile, plan.source, cloud, account)
+    return dataclasses.replace(plan, buckets=names)
 
 
 def _hourly(candidate: Candidate) -> tuple[bool, float]:

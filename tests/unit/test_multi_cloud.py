@@ -154,3 +154,30 @@ def test_cli_plan_json_and_a_missing_gcp_credential_is_exit_2(tmp_path: Path) ->
     assert refused.stderr.startswith("Error: ") and "credentials" in refused.stderr.lower()
     assert len(refused.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "home" / "clusters").exists()
+
+
+def test_prepare_plans_once_and_adds_the_account_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The account id is a fact asked after the plan's own checks: the profile is planned once,
+    and the account only renames the default buckets."""
+    import rlinfra.clouds
+    from rlinfra.clouds.aws.cloud import AwsCloud
+    from rlinfra.plan import account_suffix
+
+    calls: list[str] = []
+    real = rlinfra.clouds.decide
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append("decide")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rlinfra.clouds, "decide", counted)
+    monkeypatch.setattr(AwsCloud, "account_id", lambda self, environ, required: "123456789012")
+    request = Request(
+        profile="h100x2", overrides=Overrides(cloud="aws", allowed_cidrs=["10.0.0.0/8"])
+    )
+    plan, _ = prepare(request, {}, need_secrets=False, account="lookup")
+    assert calls == ["decide"]
+    assert plan.cloud == "aws"
+    assert plan.storage_buckets and all(
+        b.endswith("-" + account_suffix("123456789012")) for b in plan.storage_buckets
+    )

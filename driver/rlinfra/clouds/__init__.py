@@ -18,6 +18,7 @@ from rlinfra.errors import UsageError
 from rlinfra.jobspec import job_spec
 from rlinfra.plan import Plan, decide
 from rlinfra.plan import needs_account as _needs_account
+from rlinfra.plan import with_account as _with_account
 from rlinfra.profile import Override, Profile
 
 if TYPE_CHECKING:
@@ -78,6 +79,11 @@ def make_plan(
     if plan.profile.workload is not None:
         job_spec(plan)
     return plan
+
+
+def with_account(plan: Plan, account: str) -> Plan:
+    """The plan with its cloud's account id known (``rlinfra.plan.with_account``)."""
+    return _with_account(plan, cloud_for(plan.cloud), account)
 
 
 def needs_account(profile: Profile) -> bool:

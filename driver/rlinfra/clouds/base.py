@@ -21,6 +21,7 @@ optional (the defaults say "nothing to do" or "not offered")
     ``hosts_from_plan`` (machines that exist already: the inventory without a cluster root),
     ``release_lines`` and ``release_hosts`` (`down` of machines that stay: what it stops and
     removes on them; a cloud that offers one offers both, ``keeps_machines`` says whether),
+    ``gather_facts`` (what the plan needs from the world, asked first: detected GPUs),
     ``up_question`` (what `up` says before it asks; by default it creates machines),
     ``with_take_over`` (`up --take-over`: hosts that run something else are taken over).
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from rlinfra.context import Context
     from rlinfra.errors import UsageError
     from rlinfra.plan import Plan, Site
-    from rlinfra.profile import Profile
+    from rlinfra.profile import Override, Profile
     from rlinfra.record import Host, Record
 
 
@@ -159,6 +160,14 @@ class Cloud(ABC):
         """What the nodes need before Ansible configures them that must not pass through
         Ansible (a key sent over SSH); nothing by default."""
         return None
+
+    def gather_facts(
+        self, profile: Profile, source: str, cluster: str
+    ) -> tuple[Profile, Override | None]:
+        """Facts of the world the plan is made from, asked before planning (read-only; the ssh
+        cloud's hosts' GPUs): the profile with them, and the change to show; by default the
+        profile as it is."""
+        return profile, None
 
     def up_question(self, plan: Plan) -> UpQuestion | None:
         """What `up` tells before asking "Proceed?" (unless --yes); None: it does not ask."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
-from rlinfra.clouds import cloud_for, make_plan, needs_account
+from rlinfra.clouds import cloud_for, make_plan, needs_account, with_account
 from rlinfra.context import Context, Controller, rlinfra_cache
 from rlinfra.deploy import (
     deployment_dir,
@@ -26,7 +26,13 @@ from rlinfra.deploy import (
 from rlinfra.errors import UsageError
 from rlinfra.jobspec import job_spec
 from rlinfra.plan import Plan
-from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data
+from rlinfra.profile import (
+    Overrides,
+    apply_overrides,
+    check_cluster_name,
+    load_profile,
+    profile_from_data,
+)
 from rlinfra.record import Stage
 from rlinfra.secrets import LITERAL_SECRET_WARNING, resolve_secrets, secret_status
 
@@ -61,14 +67,14 @@ def prepare(
     else:
         profile, source = load_profile(request.profile)
     profile, changes = apply_overrides(profile, request.overrides, source)
+    if account is not None and not profile.clouds:
+        # `plan`, `render`, `up`: the world's facts first (the ssh cloud's hosts say what GPUs
+        # they have, read-only), so that the profile is planned once.
+        cluster = check_cluster_name(request.cluster or profile.name)
+        profile, detected = cloud_for(profile.cloud).gather_facts(profile, source, cluster)
+        if detected is not None:
+            changes.append(detected)
     plan = make_plan(profile, source, request.cluster, tuple(changes))
-    if account is not None and profile.ssh is not None and profile.ssh.detect_gpus:
-        # `plan`, `render`, `up`: the hosts say what GPUs they have (read-only SSH).
-        from rlinfra.clouds.ssh.cloud import with_detected_gpus
-
-        profile, detected = with_detected_gpus(plan)
-        changes.append(detected)
-        plan = make_plan(profile, source, request.cluster, tuple(changes))
     for name, flag in request.overrides.secrets.items():
         if flag is not None and flag != "-" and not flag.startswith("@"):
             ui.warn(LITERAL_SECRET_WARNING.format(name=name))
@@ -76,17 +82,14 @@ def prepare(
         profile, request.overrides.secrets, environ, source, require=need_secrets
     )
     # A profile of several clouds is now the chosen cloud's (plan.clouds keeps the others).
-    profile = plan.profile
-    if account in ("lookup", "require") and needs_account(profile):
-        cloud = cloud_for(profile.cloud)
+    if account in ("lookup", "require") and needs_account(plan.profile):
+        cloud = cloud_for(plan.cloud)
         if account == "require":
             # What needs no cloud call is refused first.
             cloud.check_inputs(plan)
         account_id = cloud.account_id(environ, required=account == "require")
         if account_id is not None:
-            others, left_out = plan.clouds, plan.clouds_left_out
-            plan = make_plan(profile, source, request.cluster, tuple(changes), account=account_id)
-            plan = replace(plan, clouds=others, clouds_left_out=left_out)
+            plan = with_account(plan, account_id)
     return plan, secrets
 
 

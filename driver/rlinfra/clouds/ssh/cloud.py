@@ -87,14 +87,19 @@ def node_name(host: SshHost, cluster: str, rank: int) -> str:
 
 def hosts(plan: Plan) -> list[Host]:
     """The inventory, from the profile alone (pure): the head first, then the others."""
-    ssh = section(plan.profile, plan.source)
+    return hosts_of(plan.profile, plan.source, plan.cluster)
+
+
+def hosts_of(profile: Profile, source: str, cluster: str) -> list[Host]:
+    """The hosts the profile lists for ``cluster`` (pure), named as its plan names them."""
+    ssh = section(profile, source)
     out = []
-    for rank, entry in enumerate(ssh.ordered()[: plan.num_nodes]):
+    for rank, entry in enumerate(ssh.ordered()[: profile.resources.num_nodes]):
         key, agent = _identity(entry.identity_file, entry.agent, ssh)
         jump = entry.jump or ssh.jump
         out.append(
             Host(
-                name=plan.nodes[rank].name,
+                name=node_name(entry, cluster, rank),
                 rank=rank,
                 ssh_host=entry.address,
                 private_ip=entry.cluster_ip,
@@ -192,7 +197,7 @@ def expectations(plan: Plan) -> Expect:
     )
 
 
-def detect_accelerator(plan: Plan) -> str | None:
+def detect_accelerator(profile: Profile, source: str, cluster: str) -> str | None:
     """The GPUs every host has, read with nvidia-smi over SSH (``ssh.detect_gpus``): "H100:8",
     or None when no host has any. Hosts that differ, or a GPU rlinfra has no name for, are
     refused (exit 2) before anything changes."""
@@ -201,14 +206,14 @@ def detect_accelerator(plan: Plan) -> str | None:
     from rlinfra.accelerators import from_device_name
     from rlinfra.clouds.ssh.preflight import parse_probe
 
-    nodes = hosts(plan)
-    ask = _asker(plan, nodes)
+    nodes = hosts_of(profile, source, cluster)
+    ask = _asker(cluster, nodes)
     with (
         ui.step(f"GPUs of {len(nodes)} host(s), from nvidia-smi"),
         ThreadPoolExecutor(max_workers=min(32, len(nodes))) as pool,
     ):
         answers = list(pool.map(ask, range(len(nodes))))
-    field = f"{plan.source}: ssh.detect_gpus"
+    field = f"{source}: ssh.detect_gpus"
     found: dict[str, str] = {}
     for node, answer in zip(nodes, answers, strict=True):
         if answer.error:
@@ -239,21 +244,21 @@ def detect_accelerator(plan: Plan) -> str | None:
     return None if spec == "none" else spec
 
 
-def with_detected_gpus(plan: Plan) -> tuple[Profile, Override]:
+def with_detected_gpus(profile: Profile, source: str, cluster: str) -> tuple[Profile, Override]:
     """The profile with the hosts' GPUs as its resources.accelerators, and the change to show."""
-    spec = detect_accelerator(plan)
-    ssh = section(plan.profile, plan.source)
-    resources = plan.profile.resources.model_copy(update={"accelerators": [spec] if spec else None})
-    profile = plan.profile.model_copy(
+    spec = detect_accelerator(profile, source, cluster)
+    ssh = section(profile, source)
+    resources = profile.resources.model_copy(update={"accelerators": [spec] if spec else None})
+    profile = profile.model_copy(
         update={"ssh": ssh.model_copy(update={"detect_gpus": False}), "resources": resources}
     )
     ui.info(f"GPUs detected on the hosts: {spec or 'none (CPU nodes)'}")
     return profile, Override("resources.accelerators", "detect", spec or "none")
 
 
-def _asker(plan: Plan, nodes: list[Host]) -> Callable[[int], Answer]:
+def _asker(cluster: str, nodes: list[Host]) -> Callable[[int], Answer]:
     """Runs the read-only probe on ``nodes[index]`` (preflight and GPU detection)."""
-    folder = deployment_dir(plan.cluster)
+    folder = deployment_dir(cluster)
 
     def ask(index: int) -> Answer:
         return probe_host([*_argv(folder, nodes[index], known_hosts="/dev/null"), "sh -s"])
@@ -380,6 +385,15 @@ class SshCloud(Cloud):
         return UpQuestion(
             f"This configures {plan.num_nodes} existing host(s) over SSH.", "nothing was changed"
         )
+
+    def gather_facts(
+        self, profile: Profile, source: str, cluster: str
+    ) -> tuple[Profile, Override | None]:
+        """With ``ssh.detect_gpus``: the GPUs the hosts have (read-only SSH) as the profile's
+        resources.accelerators."""
+        if profile.ssh is None or not profile.ssh.detect_gpus:
+            return profile, None
+        return with_detected_gpus(profile, source, cluster)
 
     def with_take_over(self, plan: Plan) -> Plan:
         """The plan with ``ssh.take_over`` on (`up --take-over`), for this run."""
@@ -550,7 +564,7 @@ class SshCloud(Cloud):
         """Every host at once, read-only: refused (exit 2) with one line per failing host."""
         self.check_inputs(plan)
         nodes = hosts(plan)
-        ask = _asker(plan, nodes)
+        ask = _asker(plan.cluster, nodes)
         with ui.step(f"preflight of {len(nodes)} host(s) over SSH"):
             failing, notes = check_hosts([h.name for h in nodes], ask, expectations(plan))
         for note in notes:
