@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from rlinfra import layout
 from rlinfra.accelerators import Accelerator, parse_accelerator
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.sections.ssh_hosts import SshHosts, default_num_nodes
@@ -111,11 +112,11 @@ class Resources(_Strict):
 class RayPorts(_Strict):
     """Ray's ports. The dashboard and the job API behind it ask for the cluster's Ray token."""
 
-    head_port: int = 6379
-    dashboard_port: int = 8265
+    head_port: int = layout.RAY_HEAD_PORT
+    dashboard_port: int = layout.RAY_DASHBOARD_PORT
     dashboard_host: str = "127.0.0.1"
-    dashboard_agent_listen_port: int = 52365
-    client_server_port: int = 10001
+    dashboard_agent_listen_port: int = layout.RAY_DASHBOARD_AGENT_LISTEN_PORT
+    client_server_port: int = layout.RAY_CLIENT_SERVER_PORT
 
     @field_validator("dashboard_host")
     @classmethod

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlinfra import layout
+
 
 @dataclass(frozen=True)
 class Host:
@@ -33,8 +35,8 @@ class Host:
 
 
 RECORD_VERSION = 1
-# Ray's dashboard port when a record predates the `ray` entry (Ray's own default).
-DEFAULT_DASHBOARD_PORT = 8265
+# Ray's dashboard port when a record predates the `ray` entry (the node contract's default).
+DEFAULT_DASHBOARD_PORT = layout.RAY_DASHBOARD_PORT
 
 
 class Stage(str, enum.Enum):
@@ -47,6 +49,59 @@ class Stage(str, enum.Enum):
     INTERRUPTED = "interrupted"
     FAILED = "failed"
     DOWN = "down"
+
+
+class _Part(BaseModel):
+    # Parts written by other versions may carry fields this one does not know: kept as written.
+    model_config = ConfigDict(extra="allow")
+
+
+class RayPorts(_Part):
+    """Ray's ports on the cluster, as `up` configured them."""
+
+    head_port: int = layout.RAY_HEAD_PORT
+    dashboard_port: int = DEFAULT_DASHBOARD_PORT
+    dashboard_host: str = "127.0.0.1"
+    dashboard_agent_listen_port: int = layout.RAY_DASHBOARD_AGENT_LISTEN_PORT
+    client_server_port: int = layout.RAY_CLIENT_SERVER_PORT
+
+
+class Service(_Part):
+    """What the cluster serves on its head node, by port (`status` lists them)."""
+
+    name: str
+    engine: str
+    port: int
+
+
+class JobEntry(_Part):
+    """A job rlinfra submitted (the newest 20 are kept)."""
+
+    submission_id: str
+    workload: str = ""
+
+
+class CheckResult(_Part):
+    """The acceptance check's result: the all-reduce's backend, world size and timings."""
+
+    backend: str | None = None
+    world_size: int | None = None
+    results: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Recovery(_Part):
+    """One lost-node recovery of `run --recover` (rlinfra.ops.recovery)."""
+
+    at: str | None = None
+    job: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    replaced: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    last_step: int | None = None
+    resumed_from_step: int | None = None
+    steps_lost: int | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)
 
 
 class Record(BaseModel):
@@ -76,23 +131,23 @@ class Record(BaseModel):
     # Where rlinfra put its files on the nodes (rlinfra.layout.paths()); the ports are in `ray`
     # and `services`.
     paths: dict[str, str] = Field(default_factory=dict)
-    ray: dict[str, Any] = Field(default_factory=dict)
-    services: list[dict[str, Any]] = Field(default_factory=list)
+    ray: RayPorts = Field(default_factory=RayPorts)
+    services: list[Service] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     stage: Stage = Stage.PLANNED
     error: str | None = None
     hosts: list[Host] = Field(default_factory=list)
     ansible_digest: str | None = None
-    check: dict[str, Any] | None = None
-    jobs: list[dict[str, Any]] = Field(default_factory=list)
+    check: CheckResult | None = None
+    jobs: list[JobEntry] = Field(default_factory=list)
     # Lost-node recoveries of `run --recover` (rlinfra.ops.recovery), oldest first.
-    recoveries: list[dict[str, Any]] = Field(default_factory=list)
+    recoveries: list[Recovery] = Field(default_factory=list)
     created_at: str | None = None
     updated_at: str | None = None
 
     @property
     def dashboard_port(self) -> int:
-        return int(self.ray.get("dashboard_port", DEFAULT_DASHBOARD_PORT))
+        return self.ray.dashboard_port
 
     def with_(self, **fields: Any) -> Record:
         """A validated copy with ``fields`` changed."""

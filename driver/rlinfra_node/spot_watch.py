@@ -43,6 +43,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+# The node contract's spot providers (rlinfra.layout.SPOT_PROVIDERS, which this package cannot
+# import); tests/unit/test_layout.py checks that the two agree.
 PROVIDERS = ("aws", "gcp")
 DEFAULT_ENDPOINTS = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
 DEFAULT_INTERVAL_S = {"aws": 5.0, "gcp": 1.0}

@@ -18,10 +18,11 @@ PLAYBOOK = """
   connection: local
   gather_facts: false
   tasks:
-    - name: Load the role's defaults and vars
+    - name: Load the role's defaults and vars, after the node contract's it depends on
       ansible.builtin.include_vars:
         file: "{{ item }}"
       loop:
+        - ROLES/node_contract/defaults/main.yml
         - ROLES/node_env/defaults/main.yml
         - ROLES/node_env/vars/main.yml
     - name: Write them

@@ -154,7 +154,7 @@ def node_spec(
         dashboard_host = str(variables.get("ray_cluster_dashboard_host", "127.0.0.1"))
         if dashboard_host in {"0.0.0.0", "::", "", "localhost"}:
             dashboard_host = "127.0.0.1"
-        dashboard_port = int(variables.get("ray_cluster_dashboard_port", 8265))
+        dashboard_port = int(variables.get("ray_cluster_dashboard_port", layout.RAY_DASHBOARD_PORT))
         spec["head"] = {
             "dashboard": f"http://{dashboard_host}:{dashboard_port}",
             "token_file": RAY_TOKEN,

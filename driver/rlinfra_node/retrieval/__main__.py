@@ -25,6 +25,9 @@ from typing import Any
 
 from rlinfra_node.retrieval.settings import Settings
 
+# Ray's dashboard on this node at the node contract's port (rlinfra.layout.RAY_DASHBOARD_PORT,
+# which this package cannot import; tests/unit/test_layout.py checks it). The retrieval_service
+# role passes --address, from ray_cluster_dashboard_port.
 DASHBOARD = "http://127.0.0.1:8265"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster acceptance check: an all-reduce through torch.distributed, and a GPU health measure.
 
-Run it with the venv's interpreter, after sourcing /opt/rlinfra/node.env:
+Run it with the venv's interpreter, after sourcing the node contract (node.env):
 
     python allreduce.py [--sizes-mib 1,4,16] [--warmup 2] [--iters 5] [--timeout-s 600]
                         [--launcher ray|local] [--backend auto|gloo|nccl] [--local-ranks N]
