@@ -83,3 +83,37 @@ def test_run_starts_from_the_profile_up_resolved_not_the_file_today(tmp_path: Pa
     assert plan.num_nodes == 3
     assert plan.profile.env["TOTAL_EPOCHS"] == "2"  # this run's --env, over up's profile
     assert [(o.field, o.old, o.new) for o in plan.overrides] == [("env.TOTAL_EPOCHS", "1", "2")]
+
+
+def test_the_records_parts_are_typed_and_keep_fields_they_do_not_know(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "record.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "cluster": "c",
+                "ray": {"head_port": 6380, "dashboard_port": 8266, "newer_port": 1},
+                "services": [{"name": "model", "engine": "vllm", "port": 9090}],
+                "jobs": [{"submission_id": "rlinfra-c-ppo-1", "workload": "ppo"}],
+                "check": {"backend": "gloo", "world_size": 2, "results": [{"size_bytes": 1}]},
+                "recoveries": [
+                    {"job": "rlinfra-c-ppo-1", "nodes": ["c-1"], "seconds": {"heal": 3}}
+                ],
+            }
+        )
+    )
+    record = read_record(folder)
+    assert record is not None
+    assert record.dashboard_port == 8266 and record.ray.head_port == 6380
+    assert record.services[0].port == 9090 and record.jobs[0].submission_id == "rlinfra-c-ppo-1"
+    assert record.check is not None and record.check.world_size == 2
+    assert record.recoveries[0].nodes == ["c-1"] and record.recoveries[0].seconds == {"heal": 3}
+    # A field a newer rlinfra wrote survives this one's rewrite of the record.
+    written = write_record(folder, record)
+    assert json.loads((folder / "record.json").read_text())["ray"]["newer_port"] == 1
+    assert written.ray.client_server_port == 10001  # the node contract's default
+    # A part of the wrong shape is refused as an unreadable record, naming the file.
+    (folder / "record.json").write_text(json.dumps({"services": [{"name": "model"}]}))
+    with pytest.raises(OperationError, match="not a cluster record rlinfra can read"):
+        read_record(folder)

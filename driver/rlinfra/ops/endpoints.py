@@ -54,7 +54,7 @@ def endpoint(cluster: str, port: int) -> dict[str, Any]:
 
 def served(record: Record) -> str:
     """The cluster's services and their ports, Ray's dashboard last: for a message."""
-    rows = [f"{s['name']} ({s['engine']}) on port {s['port']}" for s in record.services]
+    rows = [f"{s.name} ({s.engine}) on port {s.port}" for s in record.services]
     rows.append(f"Ray's dashboard on port {record.dashboard_port}")
     return ", ".join(rows)
 

@@ -26,7 +26,7 @@ from rlinfra.deploy import require_cluster, update_record
 from rlinfra.errors import NodeUnreachableError, OperationError, UsageError
 from rlinfra.jobspec import JobSpec, job_spec
 from rlinfra.plan import Plan
-from rlinfra.record import Host, Record, Stage
+from rlinfra.record import Host, JobEntry, Record, Stage
 
 JOBS_DIR = layout.JOBS
 # The node venv's interpreter (python_env_venv): the job runner, and the steps it starts, use it.
@@ -144,8 +144,7 @@ def submit(cluster: str, spec: JobSpec, secrets: dict[str, str]) -> Submitted:
         _remove_secrets(folder, head, where)
         tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
         raise OperationError(f"Ray refused the job: {' '.join(tail)}")
-    jobs = list(record.jobs)
-    jobs.append({"submission_id": job_id, "workload": spec.workload_type})
+    jobs = [*record.jobs, JobEntry(submission_id=job_id, workload=spec.workload_type)]
     update_record(folder, jobs=jobs[-20:])
     return Submitted(job_id, shlex.join(runner))
 
@@ -161,7 +160,7 @@ def latest_job(cluster: str) -> str:
     jobs = record.jobs
     if not jobs:
         raise UsageError(f"cluster {cluster!r} has run no job", f"Start one: rlinfra run {cluster}")
-    return str(jobs[-1]["submission_id"])
+    return jobs[-1].submission_id
 
 
 def _ray_job(cluster: str, *args: str, timeout: float = 120) -> str:

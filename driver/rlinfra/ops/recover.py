@@ -66,7 +66,7 @@ def run_recovering(
 
     def record(entry: dict[str, Any]) -> None:
         _, current = require_cluster(cluster)
-        kept = [r for r in current.recoveries if r.get("job") != entry["job"]]
+        kept = [r for r in current.recoveries if r.job != entry["job"]]
         update_record(folder, recoveries=[*kept, dict(entry)][-recovery.KEPT :])
 
     ops = recovery.Ops(

@@ -38,9 +38,9 @@ def status(cluster: str, live: bool = True) -> dict[str, Any]:
             for h in hosts
         ],
         "buckets": list(record.buckets),
-        "services": list(record.services),
+        "services": [s.model_dump() for s in record.services],
         "updated_at": record.updated_at,
-        "recoveries": list(record.recoveries),
+        "recoveries": [r.model_dump() for r in record.recoveries],
         "lock": lock_holder(folder),
         "ray": None,
     }
@@ -80,7 +80,7 @@ def training_progress(folder: Path, head: Host, job_list: list[dict[str, Any]]) 
     except (OSError, ValueError):
         spec = {}
     record = read_record(folder)
-    port = next((s["port"] for s in (record.services if record else []) if s["name"] == "model"), 0)
+    port = next((s.port for s in (record.services if record else []) if s.name == "model"), 0)
     out: dict[str, Any] = {
         "job_step": None,
         "checkpoint_step": None,

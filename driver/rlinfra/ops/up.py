@@ -274,7 +274,7 @@ def up(
                 if previous and not changed and ansible_changed == 0:
                     # Nothing changed since the last passing check: its result still holds.
                     ui.info("acceptance check: nothing changed since the last pass, not re-run")
-                    check = previous
+                    check = previous.model_dump()
                 else:
                     (folder / "check.json").unlink(missing_ok=True)
                     start_check(folder, hosts)
