@@ -79,9 +79,10 @@ def _tree_env(driver: Path) -> dict[str, str]:
     return env
 
 
-def import_graph(driver: Path) -> dict[str, Any]:
+def _json_from_tree(driver: Path, code: str, *args: str) -> dict[str, Any]:
+    """What ``code`` prints as JSON, run by this interpreter on the tree's packages."""
     done = subprocess.run(
-        [sys.executable, "-c", GRAPH],
+        [sys.executable, "-c", code, *args],
         env=_tree_env(driver),
         capture_output=True,
         text=True,
@@ -89,6 +90,10 @@ def import_graph(driver: Path) -> dict[str, Any]:
         cwd=tempfile.gettempdir(),
     )
     return dict(json.loads(done.stdout))
+
+
+def import_graph(driver: Path) -> dict[str, Any]:
+    return _json_from_tree(driver, GRAPH)
 
 
 def largest_modules(driver: Path, most: int = 10) -> list[tuple[str, int]]:
@@ -163,15 +168,7 @@ print(json.dumps(out))
 
 
 def render_ms(driver: Path, runs: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", RENDER, str(runs)],
-        env=_tree_env(driver),
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tempfile.gettempdir(),
-    )
-    return dict(json.loads(done.stdout))
+    return _json_from_tree(driver, RENDER, str(runs))
 
 
 def measure(driver: Path, runs: int, render: bool) -> dict[str, Any]:

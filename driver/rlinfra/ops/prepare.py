@@ -249,3 +249,16 @@ def paths_context(plan: Plan, folder: Path, home: Path) -> Context:
         task_id="",
         controller=controller_facts(plan, home, build=False),
     )
+
+
+def identity(plan: Plan, ctx: Context) -> dict[str, Any]:
+    """The record's fields that name the cluster and where it comes from (every command that
+    writes the deployment folder sets them)."""
+    return {
+        "cluster": plan.cluster,
+        "cloud": plan.cloud,
+        "profile": plan.profile.name,
+        "source": plan.source,
+        "task_id": ctx.task_id,
+        "subnet": plan.subnet,
+    }

@@ -12,7 +12,7 @@ from rlinfra.clouds import cloud_for
 from rlinfra.context import Context, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import cluster_lock, deployment_dir, read_record, write_files, write_record
 from rlinfra.errors import UsageError
-from rlinfra.ops.prepare import controller_facts, env_readers, make_context
+from rlinfra.ops.prepare import controller_facts, env_readers, identity, make_context
 from rlinfra.ops.roots import explain_failure, find_gone, open_root, replacing
 from rlinfra.plan import Plan
 from rlinfra.record import Record
@@ -116,17 +116,7 @@ def _plan_roots(plan: Plan, folder: Path, home: Path, prices: Any) -> tuple[dict
     files = render(plan, ctx)
     write_files(folder, files)
     record = read_record(folder) or Record(cluster=plan.cluster)
-    write_record(
-        folder,
-        record.with_(
-            cluster=plan.cluster,
-            cloud=plan.cloud,
-            profile=plan.profile.name,
-            source=plan.source,
-            task_id=ctx.task_id,
-            subnet=plan.subnet,
-        ),
-    )
+    write_record(folder, record.with_(**identity(plan, ctx)))
     roots: dict[str, Any] = {}
     for root in cloud.roots:
         if root not in cloud.tfvars(plan, ctx):

@@ -26,6 +26,7 @@ from rlinfra.errors import OperationError, UsageError
 from rlinfra.ops.check import read_check, start_check
 from rlinfra.ops.prepare import (
     check_collisions,
+    identity,
     make_context,
     paths_context,
     report_overrides,
@@ -173,12 +174,7 @@ def up(
                 require_replacements(tf, gone[root])
         before = read_record(folder) or Record(cluster=plan.cluster)
         record = before.with_(
-            cluster=plan.cluster,
-            cloud=plan.cloud,
-            profile=plan.profile.name,
-            source=plan.source,
-            task_id=ctx.task_id,
-            subnet=plan.subnet,
+            **identity(plan, ctx),
             buckets=plan.storage_buckets,
             num_nodes=plan.num_nodes,
             gpus_per_node=plan.gpus_per_node,
