@@ -56,6 +56,12 @@ class Site:
 class CloudSite(Protocol):
     """What planning asks of a cloud (``rlinfra.clouds.base.Cloud`` implements it)."""
 
+    @property
+    def buckets_per_account(self) -> bool:
+        """Whether default bucket names end in the account's suffix (bucket names are global on
+        the cloud); false where buckets are folders of this machine."""
+        ...
+
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
         """Machines, accelerator and network for the profile (pure)."""
         ...
@@ -140,20 +146,16 @@ def account_suffix(account: str) -> str:
     return hashlib.sha256(account.encode()).hexdigest()[:8]
 
 
-def bucket_names(profile: Profile, account: str | None) -> tuple[str, ...]:
+def bucket_names(
+    profile: Profile, account: str | None, per_account: bool = True
+) -> tuple[str, ...]:
     """Each storage entry's bucket: the profile's name, --env CHECKPOINT_BUCKET_NAME for the
     first entry (the seed's knob), else <prefix>[-<n>]-<account suffix> (prefix: the entry's,
-    default rlinfra-<profile>). Without an
-    account (none needed, or none known yet) the suffix reads ``account``."""
+    default rlinfra-<profile>). Without an account (none needed, or none known yet) the suffix
+    reads ``account``; without ``per_account`` (buckets that are folders of this machine: no
+    account to tell apart) there is none."""
     names: list[str] = []
-    # Local buckets are folders of this machine: no account to tell apart.
-    suffix = (
-        ""
-        if profile.cloud == "local"
-        else account_suffix(account)
-        if account
-        else ACCOUNT_PLACEHOLDER
-    )
+    suffix = "" if not per_account else account_suffix(account) if account else ACCOUNT_PLACEHOLDER
     exact = profile.env.get(BUCKET_ENV, "").strip()
     for index, item in enumerate(profile.storage):
         if index == 0 and exact:
@@ -169,9 +171,10 @@ def bucket_names(profile: Profile, account: str | None) -> tuple[str, ...]:
 
 def needs_account(profile: Profile, clouds: Mapping[str, CloudSite]) -> bool:
     """Whether a bucket name comes from the account (an unnamed bucket, no exact name given)."""
-    if profile.cloud == "local":
+    cloud = clouds.get(profile.cloud)
+    if cloud is not None and not cloud.buckets_per_account:
         return False
-    if profile.cloud in clouds and clouds[profile.cloud].profile_account(profile) is not None:
+    if cloud is not None and cloud.profile_account(profile) is not None:
         return False  # the profile names it (a GCP project)
     exact = bool(profile.env.get(BUCKET_ENV, "").strip())
     return any(
@@ -259,7 +262,9 @@ def _checked_buckets(
 ) -> tuple[str, ...]:
     """The storage entries' bucket names (``bucket_names``), refused when two are the same or
     one is not a valid name."""
-    names = bucket_names(profile, cloud.profile_account(profile) or account)
+    names = bucket_names(
+        profile, cloud.profile_account(profile) or account, cloud.buckets_per_account
+    )
     if len(set(names)) != len(names):
         raise UsageError(f"{source}: storage: two entries name the same bucket")
     for bucket in names:

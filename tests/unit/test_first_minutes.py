@@ -238,7 +238,8 @@ def test_default_bucket_names_are_unique_to_the_account() -> None:
     assert bucket_names(train, "1") == bucket_names(infer, "1") != bucket_names(infer, "2")
     # Local buckets are this machine's folders: no account suffix.
     local, _ = load_profile("local")
-    assert bucket_names(local, None) == ("rlinfra-local-checkpoints",)
+    assert bucket_names(local, None, per_account=False) == ("rlinfra-local-checkpoints",)
+    assert make_plan(local, "local").storage_buckets == ["rlinfra-local-checkpoints"]
 
 
 def test_checkpoint_bucket_name_sets_the_exact_name(cli: Cli, home: Path, bare_env: None) -> None:

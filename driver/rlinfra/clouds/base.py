@@ -1,14 +1,16 @@
 """What rlinfra asks of a cloud: one declared interface, required and optional operations.
 
-A cloud is a class deriving from :class:`Cloud` in a module of its own under ``clouds/``, its
+A cloud is a class deriving from :class:`Cloud` in ``clouds/<name>/cloud.py``, its
 Terraform modules under ``terraform/modules/`` (named by ``roots``) and, when it mounts buckets,
-its tasks in the storage role. The pipeline calls only what is declared here:
+its tasks in the storage role. The operations call only what is declared here:
 
 required (abstract)
     ``site`` (machines, accelerator, network: the cloud's decisions in the plan), ``tfvars``,
     ``ansible_vars``, ``check_inputs``, ``account_id``, ``preflight``,
-    ``hosts_from_outputs``, and the ``name``/``roots`` attributes.
+    and the ``name``/``roots`` attributes.
 optional (the defaults say "nothing to do" or "not offered")
+    ``hosts_from_outputs`` (the inventory: by default the cluster root's ``inventory`` output,
+    the cluster modules' contract),
     ``check_context`` (refuse cache/home placements before anything is built),
     ``profile_account`` (the account that the profile itself names, e.g. a GCP project: default
     bucket names derive from it without asking the cloud),
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlinfra.assets import asset_dir
+from rlinfra.record import Host, Record
 from rlinfra.storage.base import Store
 
 if TYPE_CHECKING:
@@ -45,7 +48,6 @@ if TYPE_CHECKING:
     from rlinfra.errors import UsageError
     from rlinfra.plan import Plan, Site
     from rlinfra.profile import Override, Profile
-    from rlinfra.record import Host, Record
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class Cloud(ABC):
     # Whether the nodes see this machine's files (rlinfra's cache among them): they then copy
     # tools from there instead of receiving them over SSH.
     hosts_see_controller_files: ClassVar[bool] = False
+    # Whether default bucket names end in the account's suffix (bucket names are global).
+    buckets_per_account: ClassVar[bool] = True
 
     # -- required
 
@@ -104,11 +108,24 @@ class Cloud(ABC):
     def preflight(self, plan: Plan) -> None:
         """Read-only checks of the world before anything is created; UsageError to refuse."""
 
-    @abstractmethod
-    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        """The inventory from the cluster root's ``terraform output -json``."""
-
     # -- optional
+
+    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
+        """The inventory from the cluster root's ``terraform output -json``: its ``inventory``
+        output, as the cluster modules' contract gives it (``ssh_user``, and each node's
+        ``name``, ``rank``, ``ssh_host``, ``private_ip`` and ``interface``)."""
+        inventory = outputs["inventory"]["value"]
+        return [
+            Host(
+                name=node["name"],
+                rank=int(node["rank"]),
+                ssh_host=node["ssh_host"],
+                private_ip=node["private_ip"],
+                interface=node.get("interface") or "",
+                ssh_user=inventory["ssh_user"],
+            )
+            for node in inventory["nodes"]
+        ]
 
     def check_context(self, plan: Plan, ctx: Context) -> None:
         """Refuse placements of rlinfra's home, cache or buckets this cloud cannot use."""

@@ -17,7 +17,6 @@ from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
-from rlinfra.record import Host
 from rlinfra.serving import service_clients
 from rlinfra.storage.base import Store
 from rlinfra.storage.s3 import S3, S3_ROOT_MODULES, common_tfvars, credentials_configured
@@ -198,20 +197,6 @@ class AwsCloud(Cloud):
         )
         for warning in report.warnings:
             ui.warn(warning)
-
-    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        inventory = outputs["inventory"]["value"]
-        return [
-            Host(
-                name=node["name"],
-                rank=int(node["rank"]),
-                ssh_host=node["ssh_host"],
-                private_ip=node["private_ip"],
-                interface=node.get("interface") or "",
-                ssh_user=inventory["ssh_user"],
-            )
-            for node in inventory["nodes"]
-        ]
 
     def capacity_error(self, output: str) -> str | None:
         """The first EC2 capacity or quota error in Terraform's output (the AWS SDK writes

@@ -27,7 +27,6 @@ from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
-from rlinfra.record import Host
 from rlinfra.serving import service_clients
 from rlinfra.storage.base import Store
 from rlinfra.storage.gcs import GcsStore, GoogleApi
@@ -387,21 +386,6 @@ class GcpCloud(Cloud):
                 CREDENTIALS_HINT,
             )
         return None
-
-    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        """gcp_cluster's ``inventory`` output (the cluster root passes it through)."""
-        inventory = outputs["inventory"]["value"]
-        return [
-            Host(
-                name=node["name"],
-                rank=int(node["rank"]),
-                ssh_host=node["ssh_host"],
-                private_ip=node["private_ip"],
-                interface=node.get("interface") or "",
-                ssh_user=inventory["ssh_user"],
-            )
-            for node in inventory["nodes"]
-        ]
 
     def store(self, folder: Path) -> Store:
         return GcsStore(_google_api())

@@ -21,7 +21,6 @@ from rlinfra.controller import pycache_dir
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
-from rlinfra.record import Host
 
 ROOTS: dict[str, tuple[str, ...]] = {
     "storage": ("local_bucket",),
@@ -89,6 +88,7 @@ class LocalCloud(Cloud):
 
     name = "local"
     hosts_see_controller_files = True
+    buckets_per_account = False  # buckets are folders of this machine
 
     def up_question(self, plan: Plan) -> UpQuestion | None:
         return None  # hosts of this machine: nothing to pay for, nothing of the user's touched
@@ -179,20 +179,6 @@ class LocalCloud(Cloud):
                 "the local cloud needs " + ", ".join(missing),
                 "Install them, e.g. `apt-get install -y openssh-server iproute2`.",
             )
-
-    def hosts_from_outputs(self, outputs: dict[str, Any]) -> list[Host]:
-        inventory = outputs["inventory"]["value"]
-        return [
-            Host(
-                name=node["name"],
-                rank=int(node["rank"]),
-                ssh_host=node["ssh_host"],
-                private_ip=node["private_ip"],
-                interface=node["interface"],
-                ssh_user=inventory["ssh_user"],
-            )
-            for node in inventory["nodes"]
-        ]
 
     def check_context(self, plan: Plan, ctx: Context) -> None:
         """Hosts have their own /tmp: what they read from the controller must live elsewhere."""
