@@ -41,7 +41,7 @@ from helpers.provider_schema import PROVIDER_VERSION, schema_errors
 from helpers.terraform import find_checkov, needs_terraform, run, terraform_in
 
 GCP_MODULES = ("gcp_network", "gcp_cluster", "gcp_bucket")
-CATALOG = REPO / "driver" / "rlinfra" / "data" / "gcp_catalog.yaml"
+CATALOG = REPO / "driver" / "rlinfra" / "clouds" / "gcp" / "catalog.yaml"
 
 GPU_IMAGE = (
     "projects/ubuntu-os-accelerator-images/global/images/family/"
