@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.clouds import SUPPORTED, cloud_for
+from rlinfra.clouds import REGISTRY, cloud_for
 from rlinfra.clouds.base import Cloud
 from rlinfra.errors import UsageError
 from rlinfra.storage.s3 import S3
@@ -15,7 +15,7 @@ from rlinfra.storage.s3 import S3
 MODULES = Path(__file__).resolve().parents[2] / "terraform" / "modules"
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_each_cloud_implements_every_required_operation(name: str) -> None:
     cloud = cloud_for(name)
     assert isinstance(cloud, Cloud) and cloud.name == name

@@ -32,7 +32,6 @@ REGISTRY: dict[str, str] = {
     "gcp": "rlinfra.clouds.gcp.cloud",
     "ssh": "rlinfra.clouds.ssh.cloud",
 }
-SUPPORTED = tuple(REGISTRY)
 
 
 def cloud_for(name: str) -> Cloud:

@@ -155,27 +155,45 @@ def candidates(head: Host) -> list[str]:
     return out
 
 
-def run_check(
-    client_folder: Path, client_head: Host, port: int, addresses: list[str]
-) -> list[Attempt]:
-    """Run ``CHECK_SCRIPT`` on ``client_head`` (the script on stdin, addresses in argv)."""
+def _run_script(
+    cluster: str | None,
+    folder: Path,
+    host: Host,
+    what: str,
+    script: str,
+    port: int,
+    addresses: list[str],
+) -> list[Any]:
+    """Run ``script`` on ``host`` with its system Python (the script on stdin, the port and
+    addresses in argv) and return the JSON list it prints last. SSH that cannot connect is
+    ``NodeUnreachableError`` naming the node (with ``cluster``)."""
+    from rlinfra.ops.nodes import unreachable
     from rlinfra.runners import ssh
 
     command = shlex.join(["python3", "-", str(port), *addresses])
-    done = ssh.run(
-        client_folder, client_head, command, capture=True, timeout=60, stdin=CHECK_SCRIPT.encode()
-    )
+    done = ssh.run(folder, host, command, capture=True, timeout=60, stdin=script.encode())
+    reason = ssh.connect_failure(done.returncode, done.stderr)
+    if reason is not None and cluster is not None:
+        raise unreachable(cluster, host, reason)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        raise OperationError(
-            f"the reach check on {client_head.name} exited {done.returncode}: {tail[0]}"
-        )
+        raise OperationError(f"the {what} on {host.name} exited {done.returncode}: {tail[0]}")
     try:
         rows = json.loads((done.stdout or "").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise OperationError(
-            f"the reach check on {client_head.name} printed no result: {done.stdout!r:.200}"
-        ) from None
+        rows = None
+    if not isinstance(rows, list):
+        raise OperationError(f"the {what} on {host.name} printed no result: {done.stdout!r:.200}")
+    return rows
+
+
+def run_check(
+    client_folder: Path, client_head: Host, port: int, addresses: list[str]
+) -> list[Attempt]:
+    """Run ``CHECK_SCRIPT`` on ``client_head``: each address's answer to ``GET /healthz``."""
+    rows = _run_script(
+        None, client_folder, client_head, "reach check", CHECK_SCRIPT, port, addresses
+    )
     return [
         Attempt(
             str(row["address"]),
@@ -192,24 +210,10 @@ def run_check(
 def listening(cluster: str, folder: Path, host: Host, port: int) -> list[str]:
     """The node's addresses (loopback, then its private one) on which something accepts a TCP
     connection to ``port``, tried on the node itself over SSH."""
-    from rlinfra.ops.nodes import unreachable
-    from rlinfra.runners import ssh
-
     addresses = ["127.0.0.1"]
     if host.private_ip and host.private_ip not in addresses:
         addresses.append(host.private_ip)
-    command = shlex.join(["python3", "-", str(port), *addresses])
-    done = ssh.run(folder, host, command, capture=True, timeout=60, stdin=LISTEN_SCRIPT.encode())
-    reason = ssh.connect_failure(done.returncode, done.stderr)
-    if reason is not None:
-        raise unreachable(cluster, host, reason)
-    try:
-        found = json.loads((done.stdout or "").strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        found = None
-    if done.returncode != 0 or not isinstance(found, list):
-        tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        raise OperationError(f"the port check on {host.name} exited {done.returncode}: {tail[0]}")
+    found = _run_script(cluster, folder, host, "port check", LISTEN_SCRIPT, port, addresses)
     return [str(address) for address in found]
 
 
