@@ -141,7 +141,7 @@ RENDER = r"""
 import json, statistics, sys, time
 from pathlib import Path
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.context import Context, Controller
 from rlinfra.profile import Overrides, apply_overrides, load_profile
 from rlinfra.render import render

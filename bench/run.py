@@ -39,7 +39,7 @@ def timed(fn: Any, repeat: int) -> dict[str, float]:
 
 
 def bench_render(repeat: int) -> dict[str, Any]:
-    from rlinfra.clouds import make_plan
+    from rlinfra.clouds.planning import make_plan
     from rlinfra.context import Context, Controller
     from rlinfra.profile import Overrides, apply_overrides, load_profile
     from rlinfra.render import render

@@ -57,6 +57,12 @@ class CloudSite(Protocol):
     """What planning asks of a cloud (``rlinfra.clouds.base.Cloud`` implements it)."""
 
     @property
+    def candidate(self) -> bool:
+        """Whether a profile may list the cloud among several (`cloud: [aws, gcp]`): its
+        catalog has prices to compare with the others'."""
+        ...
+
+    @property
     def buckets_per_account(self) -> bool:
         """Whether default bucket names end in the account's suffix (bucket names are global on
         the cloud); false where buckets are folders of this machine."""
@@ -194,7 +200,7 @@ def decide(
 ) -> Plan:
     """Decide the deployment on ``clouds`` (the clouds this version deploys, by name). Raises
     UsageError for combinations the models cannot see. The workload's job is checked by
-    ``rlinfra.clouds.make_plan``, which plans on every cloud rlinfra has.
+    ``rlinfra.clouds.planning.make_plan``, which plans on every cloud rlinfra has.
 
     ``account``: the cloud account id, for default bucket names (rlinfra.plan.bucket_names);
     an account the profile names itself (CloudSite.profile_account, a GCP project) comes first.
@@ -228,6 +234,7 @@ def decide(
         )
     names = _checked_buckets(profile, source, clouds[profile.cloud], account)
     if profile.clouds:
+        _check_candidates(profile, source, clouds)
         profile, options, left_out = choose_cloud(profile, source, name, offered, clouds)
         plan = decide(profile, source, clouds, cluster, overrides, offered, account)
         return dataclasses.replace(plan, clouds=options, clouds_left_out=left_out)
@@ -288,6 +295,22 @@ def with_account(plan: Plan, cloud: CloudSite, account: str) -> Plan:
 def _hourly(candidate: Candidate) -> tuple[bool, float]:
     """Sort key: known prices first, cheapest first."""
     return (math.isnan(candidate.hourly), 0.0 if math.isnan(candidate.hourly) else candidate.hourly)
+
+
+def _check_candidates(profile: Profile, source: str, clouds: Mapping[str, CloudSite]) -> None:
+    """Each cloud of a list is one this version deploys and one whose prices can be compared."""
+    able = [name for name, cloud in clouds.items() if cloud.candidate]
+    for name in profile.clouds:
+        if name not in clouds:
+            raise UsageError(
+                f"{source}: cloud: {name!r} is not supported by this version of rlinfra",
+                "Supported clouds: " + ", ".join(clouds) + ".",
+            )
+        if not clouds[name].candidate:
+            raise UsageError(
+                f"{source}: cloud: {name} cannot be one of several candidates "
+                f"(only {', '.join(able)} can)"
+            )
 
 
 def choose_cloud(

@@ -22,6 +22,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
@@ -29,8 +30,9 @@ from pydantic import (
 
 from rlinfra import layout
 from rlinfra.accelerators import Accelerator, parse_accelerator
+from rlinfra.cloud_section import CloudSection
+from rlinfra.clouds import SECTIONS
 from rlinfra.errors import ProfileError, UsageError
-from rlinfra.sections.ssh_hosts import SshHosts, default_num_nodes
 from rlinfra.serving import Serving
 from rlinfra.strict import StrictModel
 from rlinfra.workloads.model import Workload
@@ -38,14 +40,13 @@ from rlinfra.workloads.model import Workload
 CLUSTER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-# A Google Cloud project id: 6-30 lowercase letters, digits and hyphens, a letter first.
-PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 
 # A cloud's name; the clouds rlinfra deploys are its registry's (rlinfra.clouds.REGISTRY), and
 # planning refuses any other, naming the file and field.
 Cloud = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,30}$")]
-# The clouds a profile may list as candidates (`cloud: [aws, gcp]`).
-MULTI_CLOUD = ("aws", "gcp")
+# The clouds' own top-level keys (``rlinfra.cloud_section``), by key: the profile model below is
+# made with them.
+CLOUD_SECTIONS: dict[str, CloudSection] = {section.key: section for section in SECTIONS}
 
 
 _Strict = StrictModel
@@ -328,7 +329,9 @@ class Recovery(_Strict):
 
 
 class Profile(_Strict):
-    """A whole profile."""
+    """A whole profile: the fields every cloud reads. The model profiles are validated with,
+    ``SCHEMA`` (below), is this one with each cloud's own key (``CLOUD_SECTIONS``) added; a
+    cloud reads its key with ``section``."""
 
     name: str = ""
     description: str = ""
@@ -347,10 +350,6 @@ class Profile(_Strict):
     zones: dict[Cloud, str] = Field(
         default_factory=dict, description="With several clouds: each cloud's zone."
     )
-    project: str | None = Field(
-        default=None,
-        description="Google Cloud project id (cloud gcp only; `up` needs it). Unset elsewhere.",
-    )
     resources: Resources = Field(default_factory=Resources)
     ports: list[int] = Field(default_factory=list, description="Service ports to open.")
     env: dict[str, str] = Field(default_factory=dict)
@@ -363,34 +362,39 @@ class Profile(_Strict):
     serving: Serving | None = None
     state: State = Field(default_factory=State)
     recovery: Recovery = Field(default_factory=Recovery)
-    # Left out of dumps while unset, so profiles of other clouds read as before it existed.
-    ssh: SshHosts | None = Field(
-        default=None,
-        description="The machines of cloud ssh (hosts you already have).",
-        exclude_if=lambda value: value is None,
-    )
+
+    def section(self, key: str) -> Any:
+        """The value of a cloud's own key (``CLOUD_SECTIONS``), None where the profile sets
+        none."""
+        if key not in CLOUD_SECTIONS:
+            raise KeyError(key)
+        return getattr(self, key, None)
 
     @model_validator(mode="before")
     @classmethod
-    def _ssh_num_nodes(cls, data: Any) -> Any:
-        return default_num_nodes(data)
+    def _section_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for section in CLOUD_SECTIONS.values():
+                if section.defaults is not None:
+                    data = section.defaults(data)
+        return data
 
     @model_validator(mode="after")
-    def _ssh_section(self) -> Profile:
-        if self.cloud == "ssh" and self.ssh is None:
-            raise ValueError("cloud ssh needs an `ssh:` section that lists the hosts")
-        if self.ssh is not None and self.cloud != "ssh":
-            raise ValueError(f"ssh is for cloud ssh only (this profile's cloud is {self.cloud})")
-        if self.ssh is not None and self.resources.num_nodes > len(self.ssh.hosts):
-            raise ValueError(
-                f"resources.num_nodes {self.resources.num_nodes}: ssh.hosts lists "
-                f"{len(self.ssh.hosts)} host(s)"
-            )
-        if self.ssh is not None and self.ssh.detect_gpus and self.resources.accelerators:
-            raise ValueError(
-                "ssh.detect_gpus: resources.accelerators is also set; declare the GPUs or "
-                "detect them, not both"
-            )
+    def _sections(self) -> Profile:
+        listed = self.clouds or [self.cloud]
+        for section in CLOUD_SECTIONS.values():
+            value = self.section(section.key)
+            if value is None:
+                if section.missing is not None and self.cloud == section.cloud:
+                    raise ValueError(section.missing)
+                continue
+            if section.cloud not in listed:
+                raise ValueError(
+                    f"{section.key} is for cloud {section.cloud} only "
+                    f"(this profile's cloud is {self.cloud})"
+                )
+            if section.check is not None:
+                section.check(value, self)
         return self
 
     @field_validator("env", mode="before")
@@ -413,28 +417,31 @@ class Profile(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str | None) -> str | None:
-        if value is not None and not PROJECT_ID_RE.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a Google Cloud project id (6-30 lowercase letters, digits "
-                "and '-', starting with a letter, not ending with '-')"
-            )
-        return value
-
     @model_serializer(mode="wrap")
-    def _without_unset_project(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """``project`` is left out of dumps while unset, and the candidate-cloud fields while
-        empty, so profiles of one cloud (and their rendered copies and records) read as before
-        those fields existed."""
+    def _without_unset_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The clouds' own keys are left out of dumps while unset (and placed where their
+        section says), and the candidate-cloud fields while empty, so profiles of one cloud
+        (and their rendered copies and records) read as before those fields existed."""
         data = handler(self)
-        if isinstance(data, dict):
-            if self.project is None:
-                data.pop("project", None)
-            for key in ("clouds", "regions", "zones"):
-                if not getattr(self, key):
-                    data.pop(key, None)
+        if not isinstance(data, dict):
+            return data
+        for key in ("clouds", "regions", "zones"):
+            if not getattr(self, key):
+                data.pop(key, None)
+        placed = {}
+        for section in CLOUD_SECTIONS.values():
+            if section.key in data:
+                value = data.pop(section.key)
+                if value is not None:
+                    placed[section.key] = value
+        for key, value in placed.items():
+            after = CLOUD_SECTIONS[key].after
+            if after is None or after not in data:
+                data[key] = value
+                continue
+            items = list(data.items())
+            at = [k for k, _ in items].index(after) + 1
+            data = dict([*items[:at], (key, value), *items[at:]])
         return data
 
     @field_validator("ports")
@@ -464,12 +471,6 @@ class Profile(_Strict):
         if self.clouds:
             if len(set(self.clouds)) != len(self.clouds):
                 raise ValueError("cloud: a cloud is listed twice")
-            odd = [c for c in self.clouds if c not in MULTI_CLOUD]
-            if odd:
-                raise ValueError(
-                    f"cloud: {odd[0]} cannot be one of several candidates "
-                    f"(only {', '.join(MULTI_CLOUD)} can)"
-                )
             if self.region is not None or self.zone is not None:
                 raise ValueError(
                     "region/zone: with several clouds give each cloud's under regions/zones"
@@ -483,8 +484,8 @@ class Profile(_Strict):
         return self
 
     def for_cloud(self, cloud: str) -> Profile:
-        """This profile on one of its candidate clouds: that cloud's region and zone; a GCP
-        project only where the cloud is GCP."""
+        """This profile on one of its candidate clouds: that cloud's region and zone, and of
+        the clouds' own keys only that cloud's."""
         if not self.clouds:
             return self
         data = self.model_dump(mode="python")
@@ -495,16 +496,14 @@ class Profile(_Strict):
             zone=self.zones.get(cloud),  # type: ignore[call-overload]
             regions={},
             zones={},
-            project=self.project if cloud == "gcp" else None,
         )
-        return Profile.model_validate(data)
+        for section in CLOUD_SECTIONS.values():
+            if section.cloud != cloud:
+                data.pop(section.key, None)
+        return type(self).model_validate(data)
 
     @model_validator(mode="after")
     def _cross(self) -> Profile:
-        if self.project is not None and "gcp" not in (self.clouds or [self.cloud]):
-            raise ValueError(
-                f"project is for cloud gcp only (this profile's cloud is {self.cloud})"
-            )
         ray_ports = self.network.ray.ports()
         for name, port in ray_ports.items():
             if not 1 <= port <= 65535:
@@ -525,11 +524,6 @@ class Profile(_Strict):
             raise ValueError("two storage entries share one mount_path")
         retrieval = self.serving.retrieval if self.serving else None
         if retrieval is not None:
-            if retrieval.clients and self.cloud == "local":
-                raise ValueError(
-                    "serving.retrieval.clients: the local cloud's clusters cannot reach each "
-                    "other (each stays on its own bridge); use the retriever from its own nodes"
-                )
             if any(c.endswith("/0") for c in retrieval.clients) and not self.network.allow_public:
                 raise ValueError(
                     "serving.retrieval.clients opens the retrieval service to every network; "
@@ -558,6 +552,25 @@ class Profile(_Strict):
         return candidates[0].count if candidates else 0
 
 
+def _schema() -> type[Profile]:
+    """``Profile`` with each cloud's own key, optional, after the common fields."""
+    fields: dict[str, Any] = {
+        section.key: (
+            section.annotation | None,
+            Field(default=None, description=section.description),
+        )
+        for section in CLOUD_SECTIONS.values()
+    }
+    schema: type[Profile] = create_model(
+        "Profile", __base__=Profile, __module__=__name__, __doc__=Profile.__doc__, **fields
+    )
+    return schema
+
+
+# The model every profile is validated with: ``Profile`` and the clouds' own keys.
+SCHEMA = _schema()
+
+
 # ---------------------------------------------------------------- loading
 
 
@@ -574,7 +587,7 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 
 def _model_at(loc: Iterable[int | str]) -> type[BaseModel] | None:
-    model: Any = Profile
+    model: Any = SCHEMA
     for item in loc:
         if isinstance(item, int):
             continue
@@ -625,7 +638,7 @@ def profile_from_data(data: Any, source: str, default_name: str) -> Profile:
     data = dict(data)
     data.setdefault("name", default_name)
     try:
-        return Profile.model_validate(data)
+        return SCHEMA.model_validate(data)
     except ValidationError as exc:
         raise _first_error(source, exc) from None
 
@@ -708,9 +721,10 @@ def load_profile(name_or_path: str) -> tuple[Profile, str]:
         raise ProfileError(source, "", f"not valid YAML{line}") from None
     if data is None:
         raise ProfileError(source, "", "the file is empty (a profile needs at least `cloud:`)")
-    from rlinfra.sections import ssh_inventory
-
-    data = ssh_inventory.expand(data, path, source)
+    if isinstance(data, dict):
+        for section in CLOUD_SECTIONS.values():
+            if section.expand is not None:
+                data = section.expand(data, path, source)
     return profile_from_data(data, source, path.stem), source
 
 
@@ -771,10 +785,9 @@ def apply_overrides(
     if overrides.accelerators is not None:
         old_acc = ",".join(profile.resources.accelerators or []) or "none"
         data["resources"]["accelerators"] = overrides.accelerators
-        if profile.ssh is not None and profile.ssh.detect_gpus:
-            # --gpus says what the hosts have: nothing to detect.
-            data["ssh"]["detect_gpus"] = False
-            old_acc = "detect"
+        for section in CLOUD_SECTIONS.values():
+            said = section.gpus_given(data) if section.gpus_given is not None else None
+            old_acc = said or old_acc
         changes.append(
             Override("resources.accelerators", old_acc, ",".join(overrides.accelerators))
         )
@@ -803,11 +816,11 @@ def apply_overrides(
             )
         if profile.clouds:
             chosen = profile.for_cloud(overrides.cloud).model_dump(mode="python")
-            for key in ("cloud", "clouds", "region", "zone", "regions", "zones", "project"):
+            for key in ("cloud", "clouds", "region", "zone", "regions", "zones", *CLOUD_SECTIONS):
                 data[key] = chosen.get(key, {"clouds": [], "regions": {}, "zones": {}}.get(key))
             changes.append(Override("cloud", ",".join(listed), overrides.cloud))
     try:
-        return Profile.model_validate(data), changes
+        return type(profile).model_validate(data), changes
     except ValidationError as exc:
         error = _first_error(f"{source} (with command-line overrides)", exc)
         raise error from None

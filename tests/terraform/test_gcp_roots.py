@@ -31,7 +31,7 @@ from helpers.paths import MODULES
 from helpers.provider_schema import schema_errors
 from helpers.terraform import needs_terraform, run
 from helpers.terraform import terraform_in as terraform
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.context import Context, Controller
 from rlinfra.profile import profile_from_data
 from rlinfra.render import render

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.emulators import AwsEmulator
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.context import Context, Controller
 from rlinfra.deploy import write_files
 from rlinfra.errors import OperationError

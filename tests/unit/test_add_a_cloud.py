@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import rlinfra.clouds
+import rlinfra.clouds.planning
 from helpers.cli import CliRunner, write_yaml
 from helpers.contexts import fixed_context
 from helpers.terraform import needs_terraform, provider_free_env, run
@@ -182,7 +183,7 @@ def test_a_registered_stub_cloud_is_planned_and_rendered(
 
     # The same plan rendered in process: the cluster root and module come from the stub's folder.
     loaded, _ = load_profile(str(profile))
-    plan = rlinfra.clouds.make_plan(loaded, str(profile))
+    plan = rlinfra.clouds.planning.make_plan(loaded, str(profile))
     files = render(plan, fixed_context("stubby"))
     assert files["terraform/cluster/main.tf"] == ROOT_TF
     assert files["terraform/cluster/modules/stub_nodes/main.tf"] == MODULE_TF

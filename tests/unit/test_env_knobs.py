@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.jobspec import job_spec
 from rlinfra.plan import Plan
 from rlinfra.profile import Overrides, apply_overrides, known_profiles, load_profile

@@ -221,7 +221,7 @@ def test_local_cache_under_tmp_is_refused_before_anything(
 
 
 def test_default_bucket_names_are_unique_to_the_account() -> None:
-    from rlinfra.clouds import make_plan
+    from rlinfra.clouds.planning import make_plan
     from rlinfra.plan import bucket_names
     from rlinfra.profile import load_profile
 

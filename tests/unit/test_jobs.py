@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import UsageError
 from rlinfra.jobspec import job_spec
 from rlinfra.ops.jobs import bundle, submission_id

@@ -3,11 +3,13 @@
 The contract holds for the tree as it is, and breaks on each kind of import it forbids when that
 import is planted in a copy of the packages: a lower layer importing a higher one (also behind
 TYPE_CHECKING or inside a function), two modules importing each other, and the node package
-importing the driver.
+importing the driver, a cloud's profile section or the cloud registry importing what sits above
+the profile (the profile reads the registry's list of sections).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -39,7 +41,7 @@ def _lint(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProc
 def test_the_tree_keeps_every_contract() -> None:
     done = _lint(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 3 kept, 0 broken." in done.stdout
+    assert "Contracts: 5 kept, 0 broken." in done.stdout
 
 
 @pytest.fixture()
@@ -57,6 +59,8 @@ def copy(tmp_path: Path) -> Path:
 
 def _plant(copy: Path, module: str, text: str) -> None:
     path = copy / "src" / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = path.with_suffix("") / "__init__.py"
     path.write_text(path.read_text() + "\n" + text + "\n")
 
 
@@ -110,3 +114,33 @@ def test_a_new_module_outside_every_layer_is_refused(copy: Path) -> None:
     (copy / "src" / "rlinfra" / "newcomer.py").write_text('"""Not in any layer yet."""\n')
     out = _broken(copy)
     assert "newcomer" in out
+
+
+def test_a_profile_section_importing_above_the_profile_breaks_its_contract(copy: Path) -> None:
+    _plant(copy, "rlinfra.clouds.gcp.section", "from rlinfra.profile import Profile  # noqa")
+    out = _broken(copy)
+    assert "the clouds' profile sections sit below the profile BROKEN" in out
+    assert "rlinfra.clouds.gcp.section -> rlinfra.profile" in out
+
+
+def test_the_registry_importing_planning_breaks_its_contract(copy: Path) -> None:
+    _plant(copy, "rlinfra.clouds", "from rlinfra.plan import Plan  # noqa")
+    out = _broken(copy)
+    assert "the cloud registry imports nothing above the profile's layers BROKEN" in out
+    assert "rlinfra.clouds -> rlinfra.plan" in out
+
+
+def test_loading_the_profile_model_loads_no_cloud_beyond_its_section() -> None:
+    """At run time too: the profile model is made with the registry's sections and nothing of
+    the clouds' machinery (a cloud class, a catalog, the plan) is imported for it."""
+    code = (
+        "import json, sys, rlinfra.profile\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rlinfra.'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"rlinfra.clouds", "rlinfra.clouds.ssh.section", "rlinfra.clouds.gcp.section"} <= loaded
+    heavy = {m for m in loaded if m.endswith((".cloud", ".catalog", ".preflight", ".base"))}
+    assert not heavy and "rlinfra.plan" not in loaded, sorted(loaded)

@@ -168,7 +168,7 @@ def test_gpu_pin_sets_resolve_on_pypi_without_the_unreachable_sources(
 
 
 def test_render_passes_the_lock_to_the_python_env_role() -> None:
-    from rlinfra.clouds import make_plan
+    from rlinfra.clouds.planning import make_plan
     from rlinfra.context import Context, Controller
     from rlinfra.profile import load_profile
     from rlinfra.render import LOCK_FILE, render

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import UsageError
 from rlinfra.ops.prepare import Request, prepare
 from rlinfra.profile import Overrides, profile_from_data
@@ -97,7 +97,14 @@ def test_no_candidate_cloud_names_each_reason() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"cloud": ["aws", "local"]}, "local cannot be one of several candidates"),
+        (
+            {"cloud": ["aws", "local"], "regions": {"aws": "us-east-1"}, "zones": {}},
+            r"t.yaml: cloud: local cannot be one of several candidates \(only aws, gcp can\)",
+        ),
+        (
+            {"cloud": ["aws", "nowhere"], "regions": {"aws": "us-east-1"}, "zones": {}},
+            r"t.yaml: cloud: 'nowhere' is not supported",
+        ),
         ({"cloud": ["aws", "aws"]}, "a cloud is listed twice"),
         ({"region": "us-east-1"}, "with several clouds give each cloud's under regions/zones"),
         ({"regions": {"aws": "us-east-1", "ssh": "x"}}, "regions.ssh: ssh is not a cloud"),
@@ -159,18 +166,18 @@ def test_cli_plan_json_and_a_missing_gcp_credential_is_exit_2(tmp_path: Path) ->
 def test_prepare_plans_once_and_adds_the_account_after(monkeypatch: pytest.MonkeyPatch) -> None:
     """The account id is a fact asked after the plan's own checks: the profile is planned once,
     and the account only renames the default buckets."""
-    import rlinfra.clouds
+    import rlinfra.clouds.planning
     from rlinfra.clouds.aws.cloud import AwsCloud
     from rlinfra.plan import account_suffix
 
     calls: list[str] = []
-    real = rlinfra.clouds.decide
+    real = rlinfra.clouds.planning.decide
 
     def counted(*args: object, **kwargs: object) -> object:
         calls.append("decide")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rlinfra.clouds, "decide", counted)
+    monkeypatch.setattr(rlinfra.clouds.planning, "decide", counted)
     monkeypatch.setattr(AwsCloud, "account_id", lambda self, environ, required: "123456789012")
     request = Request(
         profile="h100x2", overrides=Overrides(cloud="aws", allowed_cidrs=["10.0.0.0/8"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import UsageError
 from rlinfra.pins import pin_sets
 from rlinfra.profile import known_profiles, load_profile, profile_from_data

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from helpers import contexts
-from rlinfra.clouds import make_plan
 from rlinfra.clouds.local.cloud import local_subnet
+from rlinfra.clouds.planning import make_plan
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data

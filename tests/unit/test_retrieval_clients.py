@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinfra.errors import ProfileError
+from rlinfra.clouds.planning import make_plan
+from rlinfra.errors import ProfileError, UsageError
 from rlinfra.profile import profile_from_data
 from rlinfra.serving import retrieval_ansible_vars, service_clients
 
@@ -50,6 +51,8 @@ def test_bad_clients_are_refused(changes: dict[str, object], message: str) -> No
 def test_local_clusters_cannot_be_clients() -> None:
     data = yaml.safe_load((ROOT / "profiles/retrieval-local.yaml").read_text())
     data["serving"]["retrieval"]["clients"] = ["10.213.5.0/24"]
-    with pytest.raises(ProfileError) as caught:
-        profile_from_data(data, "p.yaml", "p")
-    assert "cannot reach each other" in str(caught.value)
+    profile = profile_from_data(data, "p.yaml", "p")
+    with pytest.raises(UsageError) as caught:
+        make_plan(profile, "p.yaml")
+    assert caught.value.message.startswith("p.yaml: serving.retrieval.clients: ")
+    assert "cannot reach each other" in caught.value.message

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helpers.contexts import fixed_context
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import ProfileError
 from rlinfra.jobspec import TRAINERS, VERL_CPU_TRAINER, job_spec
 from rlinfra.plan import Plan

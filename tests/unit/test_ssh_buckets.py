@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers.cli import CliResult, files_under, usage_line, write_yaml
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.clouds.ssh import cloud as ssh_cloud
 from rlinfra.profile import profile_from_data
 

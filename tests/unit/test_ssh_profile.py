@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from helpers.cli import CliResult, files_under, usage_line, write_yaml
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.clouds.ssh import cloud as ssh_cloud
 from rlinfra.clouds.ssh.preflight import Answer, Expect, check_hosts, judge, parse_probe
 from rlinfra.profile import profile_from_data
@@ -234,7 +234,7 @@ def test_inventory_follows_ansibles_order_of_group_variables_and_host_ports(
 ) -> None:
     """A child group's variables win over its parent's wherever they are written, `all:vars`
     come first, a host's own last; `name:port` gives the port."""
-    from rlinfra.sections.ssh_inventory import read_inventory
+    from rlinfra.clouds.ssh.inventory import read_inventory
 
     path = tmp_path / "hosts.ini"
     path.write_text(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import ProfileError
 from rlinfra.jobspec import job_spec
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data

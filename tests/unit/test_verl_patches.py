@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.jobspec import job_spec
 from rlinfra.profile import profile_from_data
 from rlinfra_node.verl_cpu import patches

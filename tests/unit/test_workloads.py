@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers.contexts import fixed_context
-from rlinfra.clouds import make_plan
+from rlinfra.clouds.planning import make_plan
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.jobspec import job_spec
 from rlinfra.plan import Plan

@@ -3,9 +3,9 @@
 
 ``REGISTRY`` maps a cloud's name to the module holding its ``CLOUD`` (an instance of a
 :class:`~rlinfra.clouds.base.Cloud` subclass), imported on first use; ``cloud_for(name)`` gives
-that instance, ``CLOUDS`` every cloud as a mapping, and ``make_plan`` plans a profile on them.
-Adding a cloud is its folder, its Terraform and its line here (docs/design.md has the
-checklist).
+that instance, ``CLOUDS`` every cloud as a mapping; ``SECTIONS`` lists the clouds' own profile
+keys. ``rlinfra.clouds.planning.make_plan`` plans a profile on them. Adding a cloud is its
+folder, its Terraform and its lines here (docs/design.md has the checklist).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from rlinfra.cloud_section import CloudSection
+from rlinfra.clouds.gcp import section as _gcp_section
+from rlinfra.clouds.ssh import section as _ssh_section
 from rlinfra.errors import UsageError
-from rlinfra.jobspec import job_spec
-from rlinfra.plan import Plan, decide
-from rlinfra.plan import needs_account as _needs_account
-from rlinfra.plan import with_account as _with_account
-from rlinfra.profile import Override, Profile
 
 if TYPE_CHECKING:
     from rlinfra.clouds.base import Cloud
@@ -32,6 +30,11 @@ REGISTRY: dict[str, str] = {
     "gcp": "rlinfra.clouds.gcp.cloud",
     "ssh": "rlinfra.clouds.ssh.cloud",
 }
+
+# The clouds' own keys of a profile (``rlinfra.cloud_section``), which the profile model is made
+# with. This module imports nothing else of rlinfra but the errors, so that the profile, below
+# the clouds, can read this list (the import contract in pyproject.toml holds it to that).
+SECTIONS: tuple[CloudSection, ...] = (_gcp_section.SECTION, _ssh_section.SECTION)
 
 
 def cloud_for(name: str) -> Cloud:
@@ -61,30 +64,3 @@ class _Registry(Mapping[str, "Cloud"]):
 
 
 CLOUDS: Mapping[str, Cloud] = _Registry()
-
-
-def make_plan(
-    profile: Profile,
-    source: str,
-    cluster: str | None = None,
-    overrides: tuple[Override, ...] = (),
-    offered: set[str] | None = None,
-    account: str | None = None,
-) -> Plan:
-    """Decide the deployment on the cloud(s) the profile names (``rlinfra.plan.decide``) and
-    check its workload's job before anything is spent: Verl override keys, GPU needs, variables.
-    """
-    plan = decide(profile, source, CLOUDS, cluster, overrides, offered, account)
-    if plan.profile.workload is not None:
-        job_spec(plan)
-    return plan
-
-
-def with_account(plan: Plan, account: str) -> Plan:
-    """The plan with its cloud's account id known (``rlinfra.plan.with_account``)."""
-    return _with_account(plan, cloud_for(plan.cloud), account)
-
-
-def needs_account(profile: Profile) -> bool:
-    """Whether a default bucket name derives from the cloud account (``rlinfra.plan``)."""
-    return _needs_account(profile, CLOUDS)

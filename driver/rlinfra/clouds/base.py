@@ -78,6 +78,9 @@ class Cloud(ABC):
     hosts_see_controller_files: ClassVar[bool] = False
     # Whether default bucket names end in the account's suffix (bucket names are global).
     buckets_per_account: ClassVar[bool] = True
+    # Whether a profile may list this cloud among several (`cloud: [aws, gcp]`): its catalog has
+    # prices to compare with the others'.
+    candidate: ClassVar[bool] = False
 
     # -- required
 

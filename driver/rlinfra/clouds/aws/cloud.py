@@ -60,6 +60,7 @@ class AwsCloud(Cloud):
     """GPU instances in a VPC with a cluster placement group; buckets in S3."""
 
     name = "aws"
+    candidate = True
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:

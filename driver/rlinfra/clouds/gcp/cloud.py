@@ -48,6 +48,12 @@ MIN_DISK_GB = 50  # the GPU images need about 50 GB (gcp_cluster refuses less)
 CLUSTER_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,29}[a-z0-9])?$")
 
 
+def project_of(profile: Profile) -> str | None:
+    """The profile's Google Cloud project (its ``project:`` key, ``clouds/gcp/section.py``)."""
+    value: str | None = profile.section("project")
+    return value
+
+
 def region(profile: Profile) -> str:
     return profile.region or DEFAULT_REGION
 
@@ -106,7 +112,7 @@ def _choice(plan: Plan) -> Choice:
 
 def _common(plan: Plan) -> dict[str, Any]:
     return {
-        "project": plan.profile.project,
+        "project": project_of(plan.profile),
         "region": region(plan.profile),
         "labels": {"rlinfra-profile": label_value(plan.profile.name)},
     }
@@ -165,6 +171,7 @@ class GcpCloud(Cloud):
     """GPU VMs in a VPC network with a compact placement policy; buckets in Cloud Storage."""
 
     name = "gcp"
+    candidate = True
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
@@ -271,7 +278,7 @@ class GcpCloud(Cloud):
         from rlinfra.clouds.gcp.preflight import gcs_bucket_name_problem
 
         _choice(plan)
-        if plan.profile.project is None:
+        if project_of(plan.profile) is None:
             raise UsageError(
                 f"{plan.source}: project: not set; `up` on gcp creates everything in that project",
                 "Set project: YOUR-PROJECT-ID at the top of the profile (`gcloud config get "
@@ -330,7 +337,7 @@ class GcpCloud(Cloud):
         return project
 
     def profile_account(self, profile: Profile) -> str | None:
-        return profile.project
+        return project_of(profile)
 
     def preflight(self, plan: Plan) -> None:
         """Credentials, project and region, the zone's machine type, GPU quota and bucket, before
@@ -342,11 +349,12 @@ class GcpCloud(Cloud):
 
         self.check_inputs(plan)
         choice = _choice(plan)
-        assert plan.profile.project is not None
+        the_project = project_of(plan.profile)
+        assert the_project is not None
         entry = load_catalog().machine_types.get(choice.instance_type)
         report = run(
             GcpTarget(
-                project=plan.profile.project,
+                project=the_project,
                 region=choice.region,
                 zone=choice.zone,
                 machine_type=choice.machine_type,

@@ -112,6 +112,12 @@ class LocalCloud(Cloud):
             raise UsageError(
                 f"{source}: resources.num_nodes: the local cloud makes at most {MAX_NODES}"
             )
+        retrieval = profile.serving.retrieval if profile.serving else None
+        if retrieval is not None and retrieval.clients:
+            raise UsageError(
+                f"{source}: serving.retrieval.clients: the local cloud's clusters cannot reach "
+                "each other (each stays on its own bridge); use the retriever from its own nodes"
+            )
         return Site(accelerator=None, subnet=subnet)
 
     def tfvars(self, plan: Plan, ctx: Context) -> dict[str, dict[str, Any]]:

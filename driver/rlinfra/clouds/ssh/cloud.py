@@ -23,13 +23,13 @@ from rlinfra import layout, ui
 from rlinfra.clouds.base import Cloud, UpQuestion
 from rlinfra.clouds.local import cloud as local
 from rlinfra.clouds.ssh.preflight import Answer, Expect, check_hosts, probe_host
+from rlinfra.clouds.ssh.section import SshHost, SshHosts, SshJump
 from rlinfra.context import Context
 from rlinfra.deploy import deployment_dir
 from rlinfra.errors import OperationError, UsageError
 from rlinfra.plan import BUCKET_ENV, Plan, Site
 from rlinfra.profile import Override, Profile
 from rlinfra.record import Host, Record
-from rlinfra.sections.ssh_hosts import SshHost, SshHosts, SshJump
 from rlinfra.storage.base import Store
 from rlinfra.storage.s3 import (
     S3,
@@ -52,10 +52,17 @@ UPLOAD_WAIT_S = 120
 _BATCH = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 
 
+def declared(profile: Profile) -> SshHosts | None:
+    """The profile's ``ssh:`` section, None where it has none."""
+    value: SshHosts | None = profile.section("ssh")
+    return value
+
+
 def section(profile: Profile, source: str = "profile") -> SshHosts:
-    if profile.ssh is None:
+    ssh = declared(profile)
+    if ssh is None:
         raise UsageError(f"{source}: ssh: cloud ssh needs an `ssh:` section that lists the hosts")
-    return profile.ssh
+    return ssh
 
 
 def _identity(key: str | None, agent: bool | None, fallback: SshHosts) -> tuple[str, bool]:
@@ -391,7 +398,8 @@ class SshCloud(Cloud):
     ) -> tuple[Profile, Override | None]:
         """With ``ssh.detect_gpus``: the GPUs the hosts have (read-only SSH) as the profile's
         resources.accelerators."""
-        if profile.ssh is None or not profile.ssh.detect_gpus:
+        ssh = declared(profile)
+        if ssh is None or not ssh.detect_gpus:
             return profile, None
         return with_detected_gpus(profile, source, cluster)
 

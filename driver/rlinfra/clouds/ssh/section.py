@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rlinfra.cloud_section import CloudSection
+from rlinfra.clouds.ssh.inventory import HOST_NAME_RE, expand
 from rlinfra.strict import StrictModel
 
-HOST_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # A DNS name or an IPv4/IPv6 address (checked further below).
 ADDRESS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
@@ -280,9 +281,9 @@ class SshHosts(StrictModel):
         return [head, *(h for h in self.hosts if h is not head)]
 
 
-def default_num_nodes(data: Any) -> Any:
+def default_num_nodes(data: dict[str, Any]) -> dict[str, Any]:
     """A profile of the ssh cloud that gives no ``resources.num_nodes`` uses every host."""
-    if not isinstance(data, dict) or data.get("cloud") != "ssh":
+    if data.get("cloud") != "ssh":
         return data
     section = data.get("ssh")
     hosts = section.get("hosts") if isinstance(section, dict) else None
@@ -294,3 +295,39 @@ def default_num_nodes(data: Any) -> Any:
     if isinstance(resources, dict) and "num_nodes" not in resources:
         data = {**data, "resources": {**resources, "num_nodes": len(hosts)}}
     return data
+
+
+def check(ssh: SshHosts, profile: Any) -> None:
+    """The hosts and the profile's resources agree."""
+    if profile.resources.num_nodes > len(ssh.hosts):
+        raise ValueError(
+            f"resources.num_nodes {profile.resources.num_nodes}: ssh.hosts lists "
+            f"{len(ssh.hosts)} host(s)"
+        )
+    if ssh.detect_gpus and profile.resources.accelerators:
+        raise ValueError(
+            "ssh.detect_gpus: resources.accelerators is also set; declare the GPUs or "
+            "detect them, not both"
+        )
+
+
+def gpus_given(data: dict[str, Any]) -> str | None:
+    """`--gpus` says what the hosts have: nothing to detect."""
+    section = data.get("ssh")
+    if isinstance(section, dict) and section.get("detect_gpus"):
+        section["detect_gpus"] = False
+        return "detect"
+    return None
+
+
+SECTION = CloudSection(
+    key="ssh",
+    cloud="ssh",
+    annotation=SshHosts,
+    description="The machines of cloud ssh (hosts you already have).",
+    missing="cloud ssh needs an `ssh:` section that lists the hosts",
+    expand=expand,
+    defaults=default_num_nodes,
+    check=check,
+    gpus_given=gpus_given,
+)

@@ -38,7 +38,9 @@ from typing import Any
 import yaml
 
 from rlinfra.errors import ProfileError
-from rlinfra.sections.ssh_hosts import HOST_NAME_RE
+
+# A node name: what an inventory's host names become when they are one.
+HOST_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 # Ansible's variable (and its older aliases) -> the ssh host's field.
 VARIABLES = {
