@@ -76,7 +76,8 @@ ENV_MEMBERSHIP = ("NODE_IPS", "NUM_NODES")
 # The variables that name the collective interface, for NCCL and for gloo.
 ENV_COLLECTIVE_INTERFACE = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
-# ---- Spot nodes: the clouds whose metadata service gives preemption notices. ---------------
+# ---- Spot nodes: the providers of preemption notices the node package reads (a cloud names its
+# own: Cloud.spot_notices). ----------------------------------------------------------------
 SPOT_PROVIDERS = ("aws", "gcp")
 
 

@@ -55,30 +55,37 @@ def _retrieval_vars(plan: Plan) -> dict[str, Any]:
     serving = plan.profile.serving
     if serving is None or serving.retrieval is None:
         return {}
-    import rlinfra_node
     from rlinfra.serving import retrieval_ansible_vars
 
     mounts = [item.mount_path for item in plan.profile.storage]
-    package = str(Path(rlinfra_node.__file__).parent)
-    return retrieval_ansible_vars(serving.retrieval, mounts, package)
+    return retrieval_ansible_vars(serving.retrieval, mounts)
 
 
 def _spot_watch_vars(plan: Plan) -> dict[str, Any]:
     """The spot_watch role's variables on spot nodes of a cloud with a metadata service that
-    gives preemption notices (else none): the folder is the one the job reads."""
-    import rlinfra_node
+    gives preemption notices (``Cloud.spot_notices``; else none): the folder is the one the job
+    reads."""
     from rlinfra.jobspec import spot_notice_dir
-    from rlinfra_node.spot_watch import PROVIDERS
 
     notice_dir = spot_notice_dir(plan)
-    if notice_dir is None or plan.cloud not in PROVIDERS:
+    provider = cloud_for(plan.cloud).spot_notices
+    if notice_dir is None or provider is None:
         return {}
     return {
         "spot_watch_enabled": True,
-        "spot_watch_provider": plan.cloud,
+        "spot_watch_provider": provider,
         "spot_watch_notice_dir": notice_dir,
-        "spot_watch_node_package_src": str(Path(rlinfra_node.__file__).parent),
     }
+
+
+def _node_package_vars(roles: dict[str, Any]) -> dict[str, Any]:
+    """Where the node_package role (a dependency of every role whose programs come from
+    rlinfra_node) copies the package from, when one of those roles runs."""
+    if not (roles.get("spot_watch_enabled") or roles.get("retrieval_service_enabled")):
+        return {}
+    import rlinfra_node
+
+    return {"node_package_src": str(Path(rlinfra_node.__file__).parent)}
 
 
 def _host_vars(plan: Plan) -> dict[str, Any]:
@@ -147,6 +154,7 @@ def ansible_vars(plan: Plan, ctx: Context) -> dict[str, Any]:
     base.update(_host_vars(plan))
     base.update(_retrieval_vars(plan))
     base.update(_spot_watch_vars(plan))
+    base.update(_node_package_vars(base))
     base.update(cloud_for(plan.cloud).ansible_vars(plan, ctx))
     return base
 

@@ -193,7 +193,7 @@ def retrieval_settings(serving: RetrievalServing, mount_paths: list[str]) -> dic
 
 
 def retrieval_ansible_vars(
-    serving: RetrievalServing | None, mount_paths: list[str], node_package_src: str
+    serving: RetrievalServing | None, mount_paths: list[str]
 ) -> dict[str, object]:
     """The retrieval_service role's variables; empty when the profile serves no retrieval."""
     if serving is None:
@@ -207,5 +207,4 @@ def retrieval_ansible_vars(
         "retrieval_service_clients": list(serving.clients),
         "retrieval_service_num_cpus": serving.cpus_per_replica,
         "retrieval_service_max_replicas_per_node": serving.max_replicas_per_node or 0,
-        "retrieval_service_node_package_src": node_package_src,
     }

@@ -105,7 +105,9 @@ def test_the_roles_use_the_controllers_layout() -> None:
     assert resolve(storage["storage_rclone_cache_dir"]) == layout.RCLONE_CACHE
     retrieval = role_vars("retrieval_service", "defaults")
     assert resolve(retrieval["retrieval_service_venv"]) == layout.VENV
-    assert resolve(retrieval["retrieval_service_node_package_dir"]) == layout.NODE_PACKAGE_DIR
+    package = role_vars("node_package", "defaults")
+    assert resolve(package["node_package_dir"]) == layout.NODE_PACKAGE_DIR
+    assert resolve(package["node_package_venv"]) == layout.VENV
     assert resolve(retrieval["retrieval_service_dashboard_url"]) == (
         f"http://127.0.0.1:{layout.RAY_DASHBOARD_PORT}"
     )
@@ -116,7 +118,6 @@ def test_the_roles_use_the_controllers_layout() -> None:
     assert resolve(spot["spot_watch_log_file"]) == layout.SPOT_WATCH_LOG
     assert resolve(spot["spot_watch_providers"]) == list(layout.SPOT_PROVIDERS)
     spot_defaults = role_vars("spot_watch", "defaults")
-    assert resolve(spot_defaults["spot_watch_node_package_dir"]) == layout.NODE_PACKAGE_DIR
     assert resolve(spot_defaults["spot_watch_venv"]) == layout.VENV
     token = yaml.safe_load((PLAYBOOKS / "vars" / "ray_auth.yml").read_text())
     assert resolve(token["rlinfra_ray_auth_token_path"]) == layout.RAY_TOKEN
@@ -140,6 +141,11 @@ def test_the_node_package_agrees_with_the_contract() -> None:
         == set(spot_watch.DEFAULT_INTERVAL_S)
         == set(layout.SPOT_PROVIDERS)
     )
+    # Each cloud's notices are read by a provider the node package has.
+    from rlinfra.clouds import CLOUDS
+
+    told = {cloud.spot_notices for cloud in CLOUDS.values()} - {None}
+    assert told == set(layout.SPOT_PROVIDERS)
     # The address the command asks when no --address is given (the role always gives one).
     dashboard = f"http://127.0.0.1:{layout.RAY_DASHBOARD_PORT}"
     assert dashboard == retrieval_cli.DASHBOARD

@@ -27,7 +27,7 @@ def test_clients_make_the_service_listen_for_them_and_open_only_its_port() -> No
     assert retrieval is not None and retrieval.clients == ["203.0.113.0/28"]
     assert retrieval.bind_host == "0.0.0.0"
     assert service_clients(profile.serving) == [{"port": 8000, "cidrs": ["203.0.113.0/28"]}]
-    assert retrieval_ansible_vars(retrieval, ["/checkpoints"], "/x")["retrieval_service_host"] == (
+    assert retrieval_ansible_vars(retrieval, ["/checkpoints"])["retrieval_service_host"] == (
         "0.0.0.0"
     )
     alone = profile_from_data(retrieval_cpu(), "p.yaml", "p")

@@ -27,9 +27,7 @@ def test_the_query_encoder_reaches_the_replicas_settings(value: str | None) -> N
     profile = profile_from_data(profile_with(**changes), "p.yaml", "p")
     retrieval = profile.serving.retrieval  # type: ignore[union-attr]
     assert retrieval is not None
-    settings = retrieval_ansible_vars(retrieval, ["/checkpoints"], "/x")[
-        "retrieval_service_settings"
-    ]
+    settings = retrieval_ansible_vars(retrieval, ["/checkpoints"])["retrieval_service_settings"]
     assert isinstance(settings, dict)
     assert settings["query_encoder"] == (value or "auto")
     assert Settings.from_dict(settings).query_encoder == (value or "auto")

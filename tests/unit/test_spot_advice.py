@@ -95,7 +95,7 @@ def test_a_spot_job_runs_the_patched_launcher_and_reads_notices_where_the_nodes_
     assert plan.cloud in ("aws", "gcp")  # h100x2 runs on the cheaper of the two
     assert role["spot_watch_enabled"] is True and role["spot_watch_provider"] == plan.cloud
     assert role["spot_watch_notice_dir"] == spec.runtime_env_vars[NOTICE_DIR_ENV]
-    assert Path(role["spot_watch_node_package_src"], "spot_watch.py").is_file()
+    assert Path(role["node_package_src"], "spot_watch.py").is_file()
     # Every variable the driver sets is a setting the role declares.
     defaults = yaml.safe_load((ROOT / "ansible/roles/spot_watch/defaults/main.yml").read_text())
     assert {k for k in role if k.startswith("spot_watch_")} <= set(defaults)

@@ -105,7 +105,7 @@ def test_shipped_paths_are_src_keys_and_wheel_folders() -> None:
     variables = {
         "python_env_uv_binary_src": "/usr/bin/uv",
         "ray_cluster_auth_token_src": "/home/u/.rlinfra/t",
-        "retrieval_service_node_package_src": "",
+        "node_package_src": "",
         "python_env_find_links": ["/w1", "/w2"],
         "acceptance_result_dest": "/x/check.json",
         "storage_local_root": "/x/buckets",

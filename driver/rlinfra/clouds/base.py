@@ -81,6 +81,10 @@ class Cloud(ABC):
     # Whether a profile may list this cloud among several (`cloud: [aws, gcp]`): its catalog has
     # prices to compare with the others'.
     candidate: ClassVar[bool] = False
+    # The provider of `rlinfra_node.spot_watch` that reads this cloud's preemption notices on
+    # spot nodes (one of the node contract's ``layout.SPOT_PROVIDERS``); None: the cloud gives
+    # none, and the job learns of a preemption when the node is gone.
+    spot_notices: ClassVar[str | None] = None
 
     # -- required
 

@@ -61,6 +61,7 @@ class AwsCloud(Cloud):
 
     name = "aws"
     candidate = True
+    spot_notices = "aws"  # the instance metadata service's spot/instance-action
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:

@@ -172,6 +172,7 @@ class GcpCloud(Cloud):
 
     name = "gcp"
     candidate = True
+    spot_notices = "gcp"  # the metadata server's instance/preempted
     roots = ROOTS
 
     def site(self, profile: Profile, source: str, cluster: str, offered: set[str] | None) -> Site:
