@@ -19,6 +19,7 @@ from helpers.cli import CliResult, files_under, usage_line, write_yaml
 from rlinfra.clouds.planning import make_plan
 from rlinfra.clouds.ssh import cloud as ssh_cloud
 from rlinfra.profile import profile_from_data
+from rlinfra.storage import s3
 
 Cli = Callable[..., CliResult]
 KEY_ID = "AKIACANARY0SSHBUCKET1"
@@ -190,8 +191,8 @@ def test_the_key_file_is_written_0600_in_a_0700_folder_and_loads_back_exactly(
     key = ("AKIA/with+odd'chars", 'sec"ret $(rm -rf /) `x` \\ ;|&')
     for _ in range(2):  # again: the same file, replaced whole
         done = subprocess.run(
-            ["sh", "-c", ssh_cloud.key_file_script(str(root))],
-            input=ssh_cloud.key_file_body(key),
+            ["sh", "-c", s3.key_file_script(str(root))],
+            input=s3.key_file_body(key),
             capture_output=True,
             timeout=30,
         )

@@ -4,12 +4,15 @@ deployment's storage root was rendered with."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinfra import layout, ui
 from rlinfra.context import Context
 from rlinfra.errors import OperationError
+from rlinfra.record import Host
 from rlinfra.storage.base import Store
 
 # The storage root's Terraform: terraform/roots/aws/storage with these modules.
@@ -50,6 +53,69 @@ def common_tfvars(region_name: str, profile_name: str, ctx: Context) -> dict[str
         out["endpoints"] = {name: endpoint for name in ("ec2", "s3", "sts", "iam")}
         out["max_retries"] = 2
     return out
+
+
+def key_file_body(key: tuple[str, str]) -> bytes:
+    """The key file's text: two shell assignments, which rclone's shell loads (set -a; .)."""
+    return (
+        f"AWS_ACCESS_KEY_ID={shlex.quote(key[0])}\nAWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}\n"
+    ).encode()
+
+
+def key_file_script(root: str = layout.ROOT) -> str:
+    """Writes standard input to ``<root>/secrets/buckets.env`` (0600, in a 0700 folder), leaving
+    ``root`` itself readable (0755: the login user runs the venv's Python)."""
+    secrets = root + layout.SECRETS.removeprefix(layout.ROOT)
+    target = root + layout.BUCKET_CREDENTIALS.removeprefix(layout.ROOT)
+    return (
+        f"install -d -m 0755 {root} && install -d -m 0700 {secrets} && umask 077 && "
+        f"cat > {target}.tmp && mv -f {target}.tmp {target}"
+    )
+
+
+def send_bucket_key(folder: Path, nodes: list[Host], key: tuple[str, str]) -> None:
+    """Write the nodes' bucket key (id, secret) to each node's BUCKET_CREDENTIALS (0600, its
+    folder 0700), which rclone's shell loads, through SSH's standard input: never in an argument,
+    a rendered file, Terraform's state or Ansible's hands. OperationError naming the hosts where
+    that failed."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlinfra.runners import ssh
+
+    body = key_file_body(key)
+    script = key_file_script()
+
+    def send(host: Host) -> str | None:
+        sudo = "" if host.ssh_user == "root" else "sudo -n "
+        try:
+            done = ssh.run(
+                folder,
+                host,
+                f"{sudo}sh -c {shlex.quote(script)}",
+                capture=True,
+                timeout=60,
+                stdin=body,
+            )
+        except subprocess.TimeoutExpired:
+            return f"{host.name}: no answer within 60 s"
+        except OSError as exc:
+            return f"{host.name}: {exc}"
+        if done.returncode != 0:
+            detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
+            return f"{host.name}: {detail} (exit {done.returncode})"
+        return None
+
+    with (
+        ui.step(f"bucket key to {len(nodes)} host(s) over SSH"),
+        ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool,
+    ):
+        failed = [line for line in pool.map(send, nodes) if line]
+    if failed:
+        raise OperationError(
+            f"could not give the bucket key to {len(failed)} of {len(nodes)} host(s): {failed[0]}",
+            "Fix the host and run `up` again.",
+        )
 
 
 def s3_client(folder: Path) -> Any:

@@ -37,6 +37,7 @@ from rlinfra.storage.s3 import (
     S3_ROOT_MODULES,
     common_tfvars,
     credentials_configured,
+    send_bucket_key,
 )
 
 ROOTS: dict[str, tuple[str, ...]] = {"storage": ("local_bucket",)}
@@ -164,24 +165,6 @@ def bucket_key(plan: Plan, environ: Mapping[str, str]) -> tuple[str, str] | None
         )
     key_id, secret = buckets.env_names
     return environ[key_id], environ[secret]
-
-
-def key_file_body(key: tuple[str, str]) -> bytes:
-    """The key file's text: two shell assignments, which rclone's shell loads (set -a; .)."""
-    return (
-        f"AWS_ACCESS_KEY_ID={shlex.quote(key[0])}\nAWS_SECRET_ACCESS_KEY={shlex.quote(key[1])}\n"
-    ).encode()
-
-
-def key_file_script(root: str = RLINFRA_ROOT) -> str:
-    """Writes standard input to ``<root>/secrets/buckets.env`` (0600, in a 0700 folder), leaving
-    ``root`` itself readable (0755: the login user runs the venv's Python)."""
-    secrets = root + layout.SECRETS.removeprefix(layout.ROOT)
-    target = root + layout.BUCKET_CREDENTIALS.removeprefix(layout.ROOT)
-    return (
-        f"install -d -m 0755 {root} && install -d -m 0700 {secrets} && umask 077 && "
-        f"cat > {target}.tmp && mv -f {target}.tmp {target}"
-    )
 
 
 def expectations(plan: Plan) -> Expect:
@@ -510,48 +493,9 @@ class SshCloud(Cloud):
     def before_configure(self, plan: Plan, folder: Path, nodes: list[Host]) -> None:
         """Write the hosts' bucket key to each host's BUCKET_CREDENTIALS (0600, its folder 0700),
         through SSH's standard input: never in an argument, a rendered file or Ansible's hands."""
-        import subprocess
-        from concurrent.futures import ThreadPoolExecutor
-
-        from rlinfra.runners import ssh
-
         key = bucket_key(plan, os.environ)
-        if key is None:
-            return
-        body = key_file_body(key)
-        script = key_file_script()
-
-        def send(host: Host) -> str | None:
-            sudo = "" if host.ssh_user == "root" else "sudo -n "
-            try:
-                done = ssh.run(
-                    folder,
-                    host,
-                    f"{sudo}sh -c {shlex.quote(script)}",
-                    capture=True,
-                    timeout=60,
-                    stdin=body,
-                )
-            except subprocess.TimeoutExpired:
-                return f"{host.name}: no answer within 60 s"
-            except OSError as exc:
-                return f"{host.name}: {exc}"
-            if done.returncode != 0:
-                detail = ((done.stderr or "").strip().splitlines() or ["no output"])[-1]
-                return f"{host.name}: {detail} (exit {done.returncode})"
-            return None
-
-        with (
-            ui.step(f"bucket key to {len(nodes)} host(s) over SSH"),
-            ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool,
-        ):
-            failed = [line for line in pool.map(send, nodes) if line]
-        if failed:
-            raise OperationError(
-                f"could not give the bucket key to {len(failed)} of {len(nodes)} host(s): "
-                f"{failed[0]}",
-                "Fix the host and run `up` again.",
-            )
+        if key is not None:
+            send_bucket_key(folder, nodes, key)
 
     def store(self, folder: Path) -> Store | None:
         """S3 where the deployment's buckets are (its storage root is the S3 one); none for
