@@ -52,9 +52,17 @@ def is_block_list(value: Any) -> bool:
 PROVIDER_FREE = re.compile(r"(?<![\w.])(data\.google_|google_[a-z0-9_]+\.)")
 
 
-def pure_locals(main_tf: str) -> list[str]:
-    """The top-level `locals { }` blocks of a main.tf that read no resource or data source
-    (terraform fmt puts a top-level block's closing brace alone at column 0)."""
+def provider_reads(provider: str) -> re.Pattern[str]:
+    """PROVIDER_FREE's pattern for another provider's type prefix (e.g. "nebius")."""
+    if provider == "google":
+        return PROVIDER_FREE
+    return re.compile(rf"(?<![\w.])(data\.{provider}_|{provider}_[a-z0-9_]+\.)")
+
+
+def pure_locals(main_tf: str, provider: str = "google") -> list[str]:
+    """The top-level `locals { }` blocks of a main.tf that read no resource or data source of
+    the provider (terraform fmt puts a top-level block's closing brace alone at column 0)."""
+    reads = provider_reads(provider)
     blocks, current = [], None
     for line in main_tf.splitlines():
         if current is None and line == "locals {":
@@ -63,7 +71,7 @@ def pure_locals(main_tf: str) -> list[str]:
             current.append(line)
             if line == "}":
                 block = "\n".join(current)
-                if not PROVIDER_FREE.search(block):
+                if not reads.search(block):
                     blocks.append(block)
                 current = None
     return blocks

@@ -7,6 +7,10 @@ URL when npm is missing, checked against its published sha512, and reduced to a 
 kept next to it (under a file lock: two test processes fetch it once). ``schema_errors`` lists
 every resource type, attribute, nested block and read that the provider does not have, and every
 required attribute or block that is missing.
+
+``nested_schema_errors`` does the same for the Nebius provider, whose nested settings are
+attributes rather than blocks, against the schema its documentation states
+(terraform/schemas/nebius-<version>.json, written by tools/nebius_schema.py).
 """
 
 from __future__ import annotations
@@ -305,19 +309,30 @@ def check_path(reads: dict[str, Any] | None, path: str, where: str, errors: list
         current = current[name]
 
 
+def reference_patterns(prefix: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """DIRECT_REF and FOR_BINDING for another provider's type prefix (e.g. "nebius")."""
+    if prefix == "google":
+        return DIRECT_REF, FOR_BINDING
+    direct = re.compile(DIRECT_REF.pattern.replace("(google_", f"({prefix}_"))
+    binding = re.compile(FOR_BINDING.pattern.replace("(google_", f"({prefix}_"))
+    return direct, binding
+
+
 def check_references(
     parsed: dict[str, Any],
     declared: set[tuple[str, str, str]],
     schema: dict[str, Any],
     where: str,
     errors: list[str],
+    prefix: str = "google",
 ) -> None:
+    direct_ref, for_binding = reference_patterns(prefix)
     for text in strings_in(parsed):
         found: list[tuple[str, str, str, str]] = []
-        for match in DIRECT_REF.finditer(text):
+        for match in direct_ref.finditer(text):
             kind = "data" if match.group(1) else "resource"
             found.append((kind, match.group(2), match.group(3), match.group(4)))
-        for binding in FOR_BINDING.finditer(text):
+        for binding in for_binding.finditer(text):
             kind = "data" if binding.group(2) else "resource"
             var = binding.group(1)
             for use in re.finditer(rf"(?<![\w.]){var}((?:\[[^\[\]]*\]|\.[a-z_][a-z0-9_]*)+)", text):
@@ -385,3 +400,238 @@ def google_schema() -> dict[str, Any]:
         tmp.write_text(json.dumps(schema))
         os.replace(tmp, reduced)
         return schema
+
+
+# --- Providers whose nested settings are attributes (the plugin framework): Nebius ---------------
+#
+# The Nebius provider has no published machine-readable schema here and no binary can run, so its
+# schema is the one its documentation states, as tools/nebius_schema.py writes it from the docs of
+# one release (terraform/schemas/nebius-<version>.json, checked in, with the source commit).
+# Its nested settings are attributes, written `boot_disk = { ... }` and `network_interfaces =
+# [{ ... }]`, never blocks; read-only attributes cannot be written.
+
+NEBIUS_PROVIDER_VERSION = "0.6.32"
+REPO_SCHEMAS = Path(__file__).resolve().parents[2] / "terraform" / "schemas"
+DOCS_SCHEMA_FORMAT = 1
+# An object literal this check could not read (an expression other than a conditional).
+OPAQUE = object()
+
+
+def attribute_reads(attributes: dict[str, Any]) -> dict[str, Any]:
+    """What an expression may read under these attributes (check_path's shape)."""
+    return {
+        name: attribute_reads(spec["attributes"]) if "attributes" in spec else None
+        for name, spec in attributes.items()
+    }
+
+
+def docs_schema(path: Path) -> dict[str, Any]:
+    """A schema written by tools/nebius_schema.py, with each entry's "reads" added."""
+    schema: dict[str, Any] = json.loads(path.read_text())
+    assert schema.get("format") == DOCS_SCHEMA_FORMAT, f"{path}: format {schema.get('format')}"
+    for kind in ("resource", "data"):
+        for entry in schema[kind].values():
+            entry["reads"] = attribute_reads(entry["attributes"])
+    return schema
+
+
+def nebius_schema() -> dict[str, Any]:
+    return docs_schema(REPO_SCHEMAS / f"nebius-{NEBIUS_PROVIDER_VERSION}.json")
+
+
+def conditional_branches(expression: str) -> list[str] | None:
+    """The two results of a top-level `${cond ? a : b}`, or None for any other expression."""
+    if not (expression.startswith("${") and expression.endswith("}")):
+        return None
+    body = expression[2:-1]
+    depth, question, pending = 0, None, 0
+    in_string = escaped = False
+    for index, char in enumerate(body):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and char == "?":
+            if question is None:
+                question = index
+            else:
+                pending += 1
+        elif depth == 0 and char == ":" and question is not None:
+            if pending:
+                pending -= 1
+            else:
+                return [body[question + 1 : index].strip(), body[index + 1 :].strip()]
+    return None
+
+
+def branch_value(text: str) -> Any:
+    """A conditional's result as python-hcl2 reads it: None for null, a dict or list for an
+    object or tuple literal, a "${...}" string for a nested conditional, else OPAQUE."""
+    if text == "null":
+        return None
+    if text.startswith(("{", "[")):
+        try:
+            value = parse_hcl(f"x = {text}\n")["x"]
+        except Exception:
+            return OPAQUE
+        if isinstance(value, (dict, list)) or conditional_branches(str(value)):
+            return value
+        return OPAQUE
+    if conditional_branches("${" + text + "}"):
+        return "${" + text + "}"
+    return OPAQUE
+
+
+def check_nested_value(
+    value: Any, spec: dict[str, Any], where: str, errors: list[str], single: bool = False
+) -> None:
+    """The value written for a nested attribute: an object (single), a list or set of objects,
+    or a map of objects; a conditional's two results each, null allowed."""
+    nesting = "single" if single else spec["nesting"]
+    name = where.rsplit(".", 1)[-1]
+    if value is None:
+        return
+    if isinstance(value, str):
+        branches = conditional_branches(value)
+        if branches is None:
+            errors.append(
+                f"{where}: set by an expression this check cannot read ({value}): write an "
+                "object literal, or `condition ? { ... } : null`"
+            )
+            return
+        for branch in branches:
+            result = branch_value(branch)
+            if result is OPAQUE:
+                errors.append(f"{where}: a conditional result this check cannot read: {branch}")
+            else:
+                check_nested_value(result, spec, where, errors, single)
+        return
+    if nesting == "single":
+        if isinstance(value, dict):
+            check_attributes(value, spec["attributes"], where, set(), errors)
+        else:
+            errors.append(f"{where}: an object, not a list: write {name} = {{ ... }}")
+    elif nesting in ("list", "set"):
+        if not isinstance(value, list):
+            errors.append(f"{where}: a list of objects: write {name} = [{{ ... }}]")
+            return
+        for index, item in enumerate(value):
+            check_nested_value(item, spec, f"{where}[{index}]", errors, single=True)
+    elif nesting == "map":
+        if not isinstance(value, dict):
+            errors.append(f"{where}: a map of objects: write {name} = {{ key = {{ ... }} }}")
+            return
+        for key, item in value.items():
+            check_nested_value(item, spec, f"{where}[{unquote(key)}]", errors, single=True)
+
+
+def check_attributes(
+    body: dict[str, Any],
+    attributes: dict[str, Any],
+    where: str,
+    meta: set[str],
+    errors: list[str],
+) -> None:
+    """One body (a resource's, or an object written for a nested attribute) against the
+    attributes of its schema: each one written exists and is not read-only, nested ones are
+    written as attributes (not blocks) and checked in turn, and every required one is written."""
+    seen: set[str] = set()
+    for key, value in body.items():
+        if key.startswith("__") or key in meta:
+            continue
+        if key == "dynamic":
+            for dynamic in value:
+                for label in dynamic:
+                    if label.startswith("__"):
+                        continue
+                    name = unquote(label)
+                    if name in attributes:
+                        seen.add(name)
+                        errors.append(
+                            f"{where}: {name!r} is an attribute: a dynamic block cannot make it; "
+                            f"write {name} = condition ? {{ ... }} : null"
+                        )
+                    else:
+                        errors.append(f"{where}: no block {name!r}{suggest(name, attributes)}")
+            continue
+        name = unquote(key)
+        spec = attributes.get(name)
+        if spec is None:
+            errors.append(f"{where}: no attribute {name!r}{suggest(name, attributes)}")
+            continue
+        seen.add(name)
+        if spec["mode"] == "computed":
+            errors.append(f"{where}: {name!r} is read-only (the provider sets it)")
+            continue
+        if is_block_list(value):
+            if spec.get("block"):
+                for item in value:
+                    check_attributes(item, spec["attributes"], f"{where}.{name}", set(), errors)
+            else:
+                errors.append(
+                    f"{where}: {name!r} is an attribute, not a block: write {name} = "
+                    + ("[{ ... }]" if spec.get("nesting") in ("list", "set") else "{ ... }")
+                )
+            continue
+        if spec.get("block"):
+            errors.append(f"{where}: {name!r} is a block: write {name} {{ ... }}")
+        elif "nesting" in spec:
+            check_nested_value(value, spec, f"{where}.{name}", errors)
+    for name, spec in attributes.items():
+        if spec["mode"] == "required" and name not in seen:
+            errors.append(f"{where}: required attribute {name!r} is missing")
+
+
+def nested_schema_errors(files: dict[str, str], schema: dict[str, Any]) -> list[str]:
+    """Everything in one module's files ({name: text}) that a docs schema (docs_schema) does not
+    have: unknown resource types, attributes and nested attributes, read-only attributes written,
+    nested attributes written as blocks, required attributes missing, and reads of attributes
+    that do not exist. Resources of other providers are left alone."""
+    prefix = schema["provider_source"].split("/")[1]
+    errors: list[str] = []
+    parsed = {name: parse_hcl(text) for name, text in files.items()}
+    declared: set[tuple[str, str, str]] = set()
+    for name, tree in parsed.items():
+        for kind in ("resource", "data"):
+            for (tf_type, label), body in labelled(tree, kind):
+                declared.add((kind, tf_type, label))
+                if not tf_type.startswith(prefix + "_"):
+                    continue
+                where = f"{name}: {'data.' if kind == 'data' else ''}{tf_type}.{label}"
+                entry = schema[kind].get(tf_type)
+                if entry is None:
+                    documented = schema.get(f"{kind}_types", [])
+                    if tf_type in documented:
+                        errors.append(
+                            f"{where}: {tf_type!r} is documented but not in the schema file: "
+                            "add it with tools/nebius_schema.py --resource/--data-source"
+                        )
+                    else:
+                        known = documented or list(schema[kind])
+                        errors.append(
+                            f"{where}: no {kind} type {tf_type!r}{suggest(tf_type, known)}"
+                        )
+                    continue
+                check_attributes(body, entry["attributes"], where, META[kind], errors)
+        for (provider,), body in labelled(tree, "provider"):
+            if provider == prefix:
+                check_attributes(
+                    body,
+                    schema["provider"]["attributes"],
+                    f"{name}: provider.{prefix}",
+                    META["provider"],
+                    errors,
+                )
+    for name, tree in parsed.items():
+        check_references(tree, declared, schema, name, errors, prefix)
+    return errors

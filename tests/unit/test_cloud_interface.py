@@ -26,7 +26,7 @@ def test_each_cloud_implements_every_required_operation(name: str) -> None:
         for module in modules:
             assert (MODULES / module / "main.tf").is_file(), module
     # Buckets are a store's (rlinfra.storage): clouds of cloud buckets pick one.
-    assert (type(cloud).store is not Cloud.store) == (name in ("aws", "gcp", "ssh"))
+    assert (type(cloud).store is not Cloud.store) == (name in ("aws", "gcp", "ssh", "nebius"))
     # So do the operations of clouds whose machines outlive `down`.
     keeps = {
         op: getattr(type(cloud), op) is not getattr(Cloud, op)
@@ -56,4 +56,4 @@ def test_optional_operations_default_to_nothing(tmp_path: Path) -> None:
 def test_an_unsupported_cloud_is_refused() -> None:
     with pytest.raises(UsageError) as caught:
         cloud_for("azure")
-    assert "Supported clouds: local, aws, gcp, ssh." in str(caught.value.hint)
+    assert "Supported clouds: local, aws, gcp, ssh, nebius." in str(caught.value.hint)

@@ -48,10 +48,15 @@ def plan_of(data: dict[str, object], cloud: str | None = None):
     return make_plan(profile, "t.yaml", overrides=tuple(changes))
 
 
+# The recipe's single-node workflows ran on Nebius: their profiles list it first.
+NEBIUS_PROFILES = ("h100x1-ppo", "h100x1-grpo")
+
+
 def test_every_builtin_gpu_profile_lists_both_clouds() -> None:
     for name in GPU_PROFILES:
         data = yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
-        assert data["cloud"] == ["aws", "gcp"], name
+        expected = ["nebius", "aws", "gcp"] if name in NEBIUS_PROFILES else ["aws", "gcp"]
+        assert data["cloud"] == expected, name
 
 
 def test_plan_lists_both_clouds_cheapest_first_and_chooses_the_cheapest() -> None:
@@ -99,7 +104,7 @@ def test_no_candidate_cloud_names_each_reason() -> None:
     [
         (
             {"cloud": ["aws", "local"], "regions": {"aws": "us-east-1"}, "zones": {}},
-            r"t.yaml: cloud: local cannot be one of several candidates \(only aws, gcp can\)",
+            r"t.yaml: cloud: local cannot be one of several candidates \(only aws, gcp, nebius can\)",
         ),
         (
             {"cloud": ["aws", "nowhere"], "regions": {"aws": "us-east-1"}, "zones": {}},

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rlinfra.cloud_section import CloudSection
 from rlinfra.clouds.gcp import section as _gcp_section
+from rlinfra.clouds.nebius import section as _nebius_section
 from rlinfra.clouds.ssh import section as _ssh_section
 from rlinfra.errors import UsageError
 
@@ -29,12 +30,17 @@ REGISTRY: dict[str, str] = {
     "aws": "rlinfra.clouds.aws.cloud",
     "gcp": "rlinfra.clouds.gcp.cloud",
     "ssh": "rlinfra.clouds.ssh.cloud",
+    "nebius": "rlinfra.clouds.nebius.cloud",
 }
 
 # The clouds' own keys of a profile (``rlinfra.cloud_section``), which the profile model is made
 # with. This module imports nothing else of rlinfra but the errors, so that the profile, below
 # the clouds, can read this list (the import contract in pyproject.toml holds it to that).
-SECTIONS: tuple[CloudSection, ...] = (_gcp_section.SECTION, _ssh_section.SECTION)
+SECTIONS: tuple[CloudSection, ...] = (
+    _gcp_section.SECTION,
+    _ssh_section.SECTION,
+    _nebius_section.SECTION,
+)
 
 
 def cloud_for(name: str) -> Cloud:

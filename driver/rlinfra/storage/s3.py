@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +135,18 @@ def _failed(bucket: str, exc: Exception) -> OperationError:
 
 
 class S3Store(Store):
+    """S3 buckets; ``connect(folder)`` gives the boto3 client for a deployment (by default the
+    AWS one its storage root was rendered for; an S3-compatible store passes its own)."""
+
     kind = "S3 bucket"
+
+    def __init__(self, connect: Callable[[Path], Any] | None = None) -> None:
+        self._connect = connect or s3_client
 
     def bucket_versions(self, folder: Path, bucket: str) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        s3 = s3_client(folder)
+        s3 = self._connect(folder)
         count = 0
         try:
             for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
@@ -156,7 +162,7 @@ class S3Store(Store):
     def empty_bucket(self, folder: Path, bucket: str) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        s3 = s3_client(folder)
+        s3 = self._connect(folder)
         deleted = 0
         try:
             for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):

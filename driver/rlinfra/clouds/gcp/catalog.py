@@ -11,6 +11,10 @@ prices) stays unknown: such entries rank after every priced one, ``hourly`` is N
 number", never a made-up figure) and ``price_text`` reads ``unknown``. Spot prices move daily and
 the catalog records none, so a Spot request ranks by the on-demand price, an upper bound (Spot is
 never dearer), and says so.
+
+How Compute Engine sells a type is its ``provisioning_models`` (``STANDARD``: on demand, ``SPOT``,
+``FLEX_START``; by default ``STANDARD`` and ``SPOT``): an on-demand request never gets a type sold
+as Spot and Flex-start only (``a3-highgpu-1g``), a Spot request never one without ``SPOT``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,16 @@ from rlinfra.accelerators import Accelerator
 from rlinfra.clouds import catalog as common
 
 CATALOG_PATH = Path(__file__).resolve().parent / "catalog.yaml"
+
+# Compute Engine's provisioning models (scheduling.provisioningModel; FLEX_START: Dynamic Workload
+# Scheduler), as messages name them; a type lists the ones it is sold under.
+PROVISIONING_MODELS = {"STANDARD": "on demand", "SPOT": "Spot", "FLEX_START": "Flex-start"}
+DEFAULT_PROVISIONING = ("STANDARD", "SPOT")
+
+
+def provisioning_model(spot: bool) -> str:
+    """The model a request asks for: ``SPOT`` for resources.spot, else ``STANDARD``."""
+    return "SPOT" if spot else "STANDARD"
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,18 @@ class MachineType(common.Entry):
     machine_type: str
     guest_accelerator: GuestAccelerator | None
     zones: Mapping[str, tuple[str, ...]]
+    provisioning_models: tuple[str, ...] = DEFAULT_PROVISIONING
+
+    def sold_as(self, spot: bool) -> bool:
+        """Whether Compute Engine sells the type as the request asks (Spot, or on demand)."""
+        return provisioning_model(spot) in self.provisioning_models
+
+    @property
+    def sold_text(self) -> str:
+        """How it is sold, in messages: "Spot or Flex-start only"."""
+        models = [PROVISIONING_MODELS[m] for m in self.provisioning_models]
+        only = "" if "STANDARD" in self.provisioning_models else " only"
+        return " or ".join(models) + only
 
     @property
     def series(self) -> str:
@@ -91,6 +117,12 @@ class Catalog(common.Catalog[MachineType]):
             on_demand_known=False,
         )
         guest = raw.get("guest_accelerator")
+        models = tuple(str(m) for m in raw.get("provisioning_models") or DEFAULT_PROVISIONING)
+        unknown = [m for m in models if m not in PROVISIONING_MODELS]
+        if unknown or not models:
+            raise raw.refuse(
+                f"provisioning_models {list(models)}: each one of {', '.join(PROVISIONING_MODELS)}"
+            )
         return MachineType(
             key=raw.key,
             **raw.gpus(),
@@ -102,6 +134,7 @@ class Catalog(common.Catalog[MachineType]):
             zones=zones,
             prices=prices,
             notes=raw.get("notes"),
+            provisioning_models=models,
         )
 
     def known_as(self, name: str) -> MachineType | None:
@@ -146,7 +179,10 @@ def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
 
 
 def choice_for(t: MachineType, region: str, zone: str, spot: bool) -> Choice:
-    """``t`` in ``zone`` of ``region``, priced where the catalog knows the price."""
+    """``t`` in ``zone`` of ``region``, priced where the catalog knows the price; ValueError when
+    Compute Engine does not sell it as asked (``spot``, or on demand)."""
+    if not t.sold_as(spot):
+        raise ValueError(f"{t.key} is sold as {t.sold_text}{spot_hint(spot)}")
     price = t.prices.get(region, common.Price(None, None))
     return Choice.of(
         t,
@@ -157,6 +193,26 @@ def choice_for(t: MachineType, region: str, zone: str, spot: bool) -> Choice:
         guest_accelerator=t.guest_accelerator,
         zone=zone,
     )
+
+
+def spot_hint(spot: bool) -> str:
+    """What a request for a type not sold as asked can change (an on-demand one: ask for Spot)."""
+    return "" if spot else ": set resources.spot: true to use it"
+
+
+def sold_as_asked(
+    types: list[MachineType], candidates: list[Accelerator] | None, region: str, spot: bool
+) -> list[MachineType]:
+    """``types`` that Compute Engine sells as the request asks (Spot, or on demand)."""
+    kept = [t for t in types if t.sold_as(spot)]
+    if not kept:
+        how = "as Spot VMs" if spot else "on demand"
+        sold = "; ".join(f"{t.key} is sold as {t.sold_text}" for t in types)
+        raise ValueError(
+            f"no GCP machine type for {common.wanted(candidates)} is sold {how} in {region} "
+            f"({sold}){spot_hint(spot)}"
+        )
+    return kept
 
 
 def zone_for(t: MachineType, region: str, zone: str | None) -> str | None:
@@ -186,7 +242,8 @@ def choose(
     CPU-only node, which this catalog cannot serve unless it lists CPU types. ``cpus`` and
     ``memory_gb`` are minimums (memory compared with the catalog's GiB figure as is, so a request
     is never met by less than asked). ``offered``: the machine types (or catalog keys) that the
-    zone offers, when asked; None skips that filter. Raises ValueError saying what did not fit.
+    zone offers, when asked; None skips that filter. ``spot``: Spot VMs (types sold as Spot),
+    else on demand (types sold so). Raises ValueError saying what did not fit.
     """
     cat = catalog or load_catalog()
     cat.check_region(region)
@@ -198,7 +255,9 @@ def choose(
             "cannot pick a CPU-only node; give resources.accelerators (e.g. 'L4:1')"
         )
 
-    in_region = cat.sold(candidates, region, cpus, memory_gb)
+    in_region = sold_as_asked(
+        cat.sold(candidates, region, cpus, memory_gb), candidates, region, spot
+    )
     in_zone = [t for t in in_region if zone_for(t, region, zone) is not None]
     if not in_zone:
         listed = sorted({z for t in in_region for z in t.zones[region]})

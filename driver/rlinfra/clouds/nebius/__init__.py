@@ -1,0 +1,1 @@
+"""The nebius cloud: its Cloud (``cloud``), catalog (``catalog.yaml``) and ``preflight``."""
