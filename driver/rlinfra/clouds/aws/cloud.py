@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinfra.clouds.access import check_ssh_cidrs
 from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
@@ -149,13 +150,7 @@ class AwsCloud(Cloud):
         """What `up` needs that the profile and flags alone decide (no cloud call)."""
         if plan.instance_type is None:
             raise UsageError(f"{plan.source}: resources: no instance type was chosen")
-        if not plan.profile.network.allowed_cidrs:
-            raise UsageError(
-                f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to "
-                "configure the nodes",
-                "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
-                "network.allowed_cidrs in the profile.",
-            )
+        check_ssh_cidrs(plan)
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
         """The AWS account id (STS GetCallerIdentity), for default bucket names.

@@ -15,13 +15,13 @@ rclone (``storage_backend: gcs``).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlinfra.clouds.access import check_ssh_cidrs
 from rlinfra.clouds.base import Cloud
 from rlinfra.context import Context
 from rlinfra.errors import UsageError
@@ -285,21 +285,7 @@ class GcpCloud(Cloud):
                 "Set project: YOUR-PROJECT-ID at the top of the profile (`gcloud config get "
                 "project` shows yours).",
             )
-        cidrs = plan.profile.network.allowed_cidrs
-        if not cidrs:
-            raise UsageError(
-                f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to "
-                "configure the nodes",
-                "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
-                "network.allowed_cidrs in the profile.",
-            )
-        ipv6 = [c for c in cidrs if ipaddress.ip_network(c).version != 4]
-        if ipv6:
-            raise UsageError(
-                f"{plan.source}: network.allowed_cidrs: {ipv6[0]} is IPv6; the GCP cluster network "
-                "is IPv4 only",
-                "Give the IPv4 addresses that may SSH in.",
-            )
+        check_ssh_cidrs(plan, ipv4_only="GCP")
         for bucket in plan.storage_buckets:
             problem = gcs_bucket_name_problem(bucket)
             if problem:

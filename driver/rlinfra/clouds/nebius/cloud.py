@@ -21,7 +21,6 @@ and resumes from the last checkpoint.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlinfra import layout
+from rlinfra.clouds.access import check_ssh_cidrs
 from rlinfra.clouds.base import Cloud
 from rlinfra.clouds.nebius.section import NebiusSettings
 from rlinfra.context import Context
@@ -322,21 +322,7 @@ class NebiusCloud(Cloud):
                 f"Set nebius: {{project_id: project-...}} in the profile, or export {PROJECT_ENV} "
                 "(`nebius iam project list` shows yours).",
             )
-        cidrs = plan.profile.network.allowed_cidrs
-        if not cidrs:
-            raise UsageError(
-                f"{plan.source}: network.allowed_cidrs: empty, so nothing could SSH in to "
-                "configure the nodes",
-                "Pass --allow-cidr YOUR.ADDRESS/32 (repeatable) to plan and up, or set "
-                "network.allowed_cidrs in the profile.",
-            )
-        ipv6 = [c for c in cidrs if ipaddress.ip_network(c).version != 4]
-        if ipv6:
-            raise UsageError(
-                f"{plan.source}: network.allowed_cidrs: {ipv6[0]} is IPv6; the Nebius cluster "
-                "network is IPv4 only",
-                "Give the IPv4 addresses that may SSH in.",
-            )
+        check_ssh_cidrs(plan, ipv4_only="Nebius")
         bucket_key(plan, os.environ)
 
     def account_id(self, environ: Mapping[str, str], required: bool) -> str | None:
