@@ -15,7 +15,7 @@ import yaml
 
 from rlinfra import __version__, layout
 from rlinfra.assets import asset_dir
-from rlinfra.clouds import cloud_for
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.context import Context
 from rlinfra.jobspec import job_spec
 from rlinfra.lock import current_lock

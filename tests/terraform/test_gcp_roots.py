@@ -237,7 +237,7 @@ def test_static_rendered_cluster_root_evaluates_with_its_tfvars(
     )
     assert outputs["firewall_rules"] == ["h100x8-gcp-internal", "h100x8-gcp-ssh-and-services"]
     # The driver reads the root's inventory output as it is.
-    from rlinfra.clouds import cloud_for
+    from rlinfra.clouds.registry import cloud_for
 
     hosts = cloud_for("gcp").hosts_from_outputs({"inventory": {"value": inventory}})
     assert [(h.rank, h.ssh_user) for h in hosts] == [(0, "ubuntu"), (1, "ubuntu")]

@@ -16,6 +16,7 @@ import pytest
 
 import rlinfra.clouds
 import rlinfra.clouds.planning
+import rlinfra.clouds.registry
 from helpers.cli import CliRunner, write_yaml
 from helpers.contexts import fixed_context
 from helpers.terraform import needs_terraform, provider_free_env, run
@@ -210,7 +211,7 @@ def test_the_stub_clouds_rendered_root_applies_and_gives_the_inventory(
     outputs = json.loads(
         run(["terraform", "output", "-json"], cwd=root, env=env, check=True).stdout
     )
-    hosts = rlinfra.clouds.cloud_for("stub").hosts_from_outputs(outputs)
+    hosts = rlinfra.clouds.registry.cloud_for("stub").hosts_from_outputs(outputs)
     assert [(h.name, h.rank, h.private_ip) for h in hosts] == [
         ("stubby-0", 0, "10.99.0.10"),
         ("stubby-1", 1, "10.99.0.11"),

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlinfra.clouds import REGISTRY, cloud_for
+from rlinfra.clouds import REGISTRY
 from rlinfra.clouds.base import Cloud
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.errors import UsageError
 from rlinfra.storage.s3 import S3
 

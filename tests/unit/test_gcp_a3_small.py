@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from rlinfra.accelerators import Accelerator
-from rlinfra.clouds import cloud_for
 from rlinfra.clouds.gcp.catalog import Choice, choose, load_catalog, parse_catalog
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.errors import UsageError
 from rlinfra.profile import profile_from_data
 

@@ -35,9 +35,9 @@ import yaml
 from helpers import contexts
 from helpers.emulators import free_port
 from rlinfra.accelerators import Accelerator
-from rlinfra.clouds import cloud_for
 from rlinfra.clouds.gcp.catalog import Choice, choose, load_catalog, parse_catalog
 from rlinfra.clouds.planning import make_plan, needs_account
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.context import Context
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.plan import Plan, account_suffix

@@ -142,7 +142,7 @@ def test_the_node_package_agrees_with_the_contract() -> None:
         == set(layout.SPOT_PROVIDERS)
     )
     # Each cloud's notices are read by a provider the node package has.
-    from rlinfra.clouds import CLOUDS
+    from rlinfra.clouds.registry import CLOUDS
 
     told = {cloud.spot_notices for cloud in CLOUDS.values()} - {None}
     assert told == set(layout.SPOT_PROVIDERS)

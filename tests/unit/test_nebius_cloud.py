@@ -23,9 +23,9 @@ from helpers.emulators import AwsEmulator
 from helpers.hcl import labelled, parse_file
 from helpers.nebius_api import PROJECT, SUBNET, TOKEN, LoopbackNebiusApi
 from helpers.paths import REPO
-from rlinfra.clouds import cloud_for
 from rlinfra.clouds.nebius import cloud as nebius
 from rlinfra.clouds.planning import make_plan
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.errors import ProfileError, UsageError
 from rlinfra.plan import Plan
 from rlinfra.profile import Overrides, apply_overrides, load_profile, profile_from_data

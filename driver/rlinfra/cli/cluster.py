@@ -79,7 +79,7 @@ def up(
     A profile with a workload then gets it submitted as a Ray job (not while one of its jobs
     still runs); follow it with `rlinfra logs CLUSTER --follow`.
     """
-    from rlinfra.clouds import cloud_for
+    from rlinfra.clouds.registry import cloud_for
     from rlinfra.jobspec import job_spec
     from rlinfra.ops.prepare import prepare
     from rlinfra.ops.up import up as run_up

@@ -1,9 +1,9 @@
 """Planning on every cloud rlinfra has: ``rlinfra.plan``'s pure decisions with the registry's
-clouds (``rlinfra.clouds.CLOUDS``), and the workload's job checked before anything is spent."""
+clouds (``rlinfra.clouds.registry.CLOUDS``), and the workload's job checked before anything is spent."""
 
 from __future__ import annotations
 
-from rlinfra.clouds import CLOUDS, cloud_for
+from rlinfra.clouds.registry import CLOUDS, cloud_for
 from rlinfra.jobspec import job_spec
 from rlinfra.plan import Plan, decide
 from rlinfra.plan import needs_account as _needs_account

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlinfra import ui
-from rlinfra.clouds import cloud_for
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.deploy import cluster_lock, lock_holder, read_record, require_cluster, update_record
 from rlinfra.errors import UsageError
 from rlinfra.ops.endpoints import stop_tunnels

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rlinfra import ui
-from rlinfra.clouds import cloud_for
 from rlinfra.clouds.planning import make_plan, needs_account, with_account
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.context import Context, Controller, rlinfra_cache
 from rlinfra.deploy import (
     deployment_dir,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlinfra.clouds import cloud_for
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.context import Context, rlinfra_cache, rlinfra_home
 from rlinfra.deploy import cluster_lock, deployment_dir, read_record, write_files, write_record
 from rlinfra.errors import UsageError

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlinfra import __version__, layout, ui
-from rlinfra.clouds import cloud_for
 from rlinfra.clouds.base import Cloud, Gone
+from rlinfra.clouds.registry import cloud_for
 from rlinfra.context import Context, rlinfra_home
 from rlinfra.deploy import (
     cluster_lock,
