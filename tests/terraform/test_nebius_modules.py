@@ -23,8 +23,9 @@ named "static":
   written by tools/nebius_schema.py from the docs of that release; its source commit is in the
   file). Nebius's nested settings are attributes (`boot_disk = { ... }`), not blocks; read-only
   attributes cannot be written. Negative tests prove the check rejects what the provider would;
-- tools/nebius_schema.py itself, on a small tfplugindocs page written here; and, when
-  RLINFRA_NEBIUS_DOCS names the provider's docs folder at that release, `--check` of the file.
+- tools/nebius_schema.py itself, on a small tfplugindocs page written here (the provider's own
+  docs are not on these machines: `tools/nebius_schema.py DOCS --check` compares the file with
+  them where they are).
 """
 
 from __future__ import annotations
@@ -419,18 +420,6 @@ def test_static_generator_reads_a_tfplugindocs_page(tmp_path: Path) -> None:
     assert written["resource_types"] == ["nebius_thing"] and written["data_types"] == []
     with pytest.raises(SystemExit):  # CHANGELOG.md says another release
         generator.main([str(docs), "--version", "9.8.6", "--commit", commit, "--out", str(out)])
-
-
-def test_static_schema_file_is_what_the_generator_writes_from_the_docs() -> None:
-    """With the provider's docs folder at the release (RLINFRA_NEBIUS_DOCS), the checked-in file
-    is exactly what tools/nebius_schema.py writes from it."""
-    docs = os.environ.get("RLINFRA_NEBIUS_DOCS")
-    if not docs:
-        pytest.skip("RLINFRA_NEBIUS_DOCS is not set (the provider's docs/ at the release)")
-    commit = json.loads(SCHEMA_FILE.read_text())["source"]["commit"]
-    argv = [docs, "--version", NEBIUS_PROVIDER_VERSION, "--commit", commit]
-    result = run([sys.executable, str(GENERATOR), *argv, "--out", str(SCHEMA_FILE), "--check"])
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- the modules and roots against the schema ----------------------------------------------------------
