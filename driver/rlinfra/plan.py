@@ -207,10 +207,7 @@ def decide(
     """
     name = check_cluster_name(cluster or profile.name)
     if profile.cloud not in clouds:
-        raise UsageError(
-            f"{source}: cloud: {profile.cloud!r} is not supported by this version of rlinfra",
-            "Supported clouds: " + ", ".join(clouds) + ".",
-        )
+        raise _unsupported(profile.cloud, source, clouds)
     pinsets = pin_sets()
     if profile.software.pin_set not in pinsets:
         raise UsageError(
@@ -297,15 +294,19 @@ def _hourly(candidate: Candidate) -> tuple[bool, float]:
     return (math.isnan(candidate.hourly), 0.0 if math.isnan(candidate.hourly) else candidate.hourly)
 
 
+def _unsupported(name: str, source: str, clouds: Mapping[str, CloudSite]) -> UsageError:
+    return UsageError(
+        f"{source}: cloud: {name!r} is not supported by this version of rlinfra",
+        "Supported clouds: " + ", ".join(clouds) + ".",
+    )
+
+
 def _check_candidates(profile: Profile, source: str, clouds: Mapping[str, CloudSite]) -> None:
     """Each cloud of a list is one this version deploys and one whose prices can be compared."""
     able = [name for name, cloud in clouds.items() if cloud.candidate]
     for name in profile.clouds:
         if name not in clouds:
-            raise UsageError(
-                f"{source}: cloud: {name!r} is not supported by this version of rlinfra",
-                "Supported clouds: " + ", ".join(clouds) + ".",
-            )
+            raise _unsupported(name, source, clouds)
         if not clouds[name].candidate:
             raise UsageError(
                 f"{source}: cloud: {name} cannot be one of several candidates "

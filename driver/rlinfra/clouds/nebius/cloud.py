@@ -33,6 +33,7 @@ from rlinfra.clouds.access import check_ssh_cidrs
 from rlinfra.clouds.base import Cloud
 from rlinfra.clouds.nebius.section import NebiusSettings
 from rlinfra.context import Context
+from rlinfra.deploy import read_record
 from rlinfra.errors import UsageError
 from rlinfra.plan import Plan, Site
 from rlinfra.profile import Profile
@@ -189,7 +190,8 @@ def _s3_client(folder: Path) -> Any:
     import boto3
 
     tfvars = json.loads((folder / "terraform" / "storage" / "terraform.tfvars.json").read_text())
-    profile = json.loads((folder / "record.json").read_text()).get("resolved_profile") or {}
+    record = read_record(folder)
+    profile = (record.resolved_profile if record else None) or {}
     own = NebiusSettings.model_validate(profile.get("nebius") or {})
     return boto3.client(
         "s3",
